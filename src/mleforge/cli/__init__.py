@@ -1,0 +1,1 @@
+"""The `mleforge` command line."""

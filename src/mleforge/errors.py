@@ -1,0 +1,63 @@
+"""The one exception tree of mleforge.
+
+Every message says what was wrong and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class MleforgeError(Exception):
+    """Base of every error mleforge raises on purpose."""
+
+
+class ConfigError(MleforgeError):
+    """A configuration value or file is malformed."""
+
+
+class TaskSpecError(ConfigError):
+    """A task folder or its `task.yaml` is malformed."""
+
+    def __init__(self, path, key: str | None, problem: str):
+        self.path = str(path)
+        self.key = key
+        self.problem = problem
+        where = f"{self.path}: key `{key}`" if key else self.path
+        super().__init__(f"{where}: {problem}")
+
+
+class TaskNotFound(MleforgeError):
+    """No registered task has the requested id."""
+
+
+class DataNotPrepared(MleforgeError):
+    """A task's data is missing, half-written or corrupted."""
+
+
+class PreparationError(MleforgeError):
+    """A task's preparer failed or wrote something it must not."""
+
+
+class MissingExtra(MleforgeError):
+    """An optional dependency is needed but not installed."""
+
+    def __init__(self, package: str, extra: str, purpose: str):
+        super().__init__(
+            f"{purpose} needs the `{package}` package, which is not installed. "
+            f"Install it with: pip install 'mleforge[{extra}]'"
+        )
+
+
+class InvalidSubmission(MleforgeError):
+    """A submission cannot be graded; `reason` says exactly why.
+
+    This is the agent's fault (a missing file, a wrong column...). A bug in a
+    grader is never turned into an InvalidSubmission: it propagates as itself.
+    """
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)
+
+
+class GraderError(MleforgeError):
+    """A grade function failed on a submission for a reason that is not the submission's."""

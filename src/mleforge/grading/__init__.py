@@ -1,0 +1,1 @@
+"""Grading: metrics, submission validation, medals and reports (MLE-bench's rules)."""

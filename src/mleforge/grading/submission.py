@@ -1,0 +1,172 @@
+"""Submission reading and validation.
+
+Every problem the agent can cause becomes an `InvalidSubmission` whose reason
+names it precisely; nothing here swallows an unexpected exception.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mleforge.errors import InvalidSubmission
+from mleforge.grading.metrics import Metric
+
+MAX_SUBMISSION_BYTES = 1 << 30  # 1 GiB: far beyond any real submission, short of a disk filler
+
+
+def _examples(values: Any, limit: int = 3) -> str:
+    items = [str(v) for v in list(values)[:limit]]
+    more = len(values) - limit if hasattr(values, "__len__") else 0
+    return ", ".join(items) + (f" (and {more} more)" if more > 0 else "")
+
+
+def read_submission(path: str | Path) -> pd.DataFrame:
+    """Read a submission CSV, or raise `InvalidSubmission` saying why it cannot be read."""
+    path = Path(path)
+    if not path.exists():
+        raise InvalidSubmission(f"no submission file at {path}; write your predictions there")
+    if not path.is_file():
+        raise InvalidSubmission(f"{path} is not a regular file; the submission must be a CSV file")
+    if path.suffix.lower() != ".csv":
+        raise InvalidSubmission(f"{path.name} is not a .csv file; the submission must be a CSV file")
+    size = path.stat().st_size
+    if size == 0:
+        raise InvalidSubmission(f"{path.name} is empty; it needs a header and one row per test id")
+    if size > MAX_SUBMISSION_BYTES:
+        raise InvalidSubmission(f"{path.name} is {size} bytes, over the {MAX_SUBMISSION_BYTES}-byte limit")
+    try:
+        return pd.read_csv(path, encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidSubmission(f"{path.name} is not UTF-8 text ({exc.reason} at byte {exc.start}); write a UTF-8 CSV") from None
+    except pd.errors.EmptyDataError:
+        raise InvalidSubmission(f"{path.name} has no columns; it needs a header row") from None
+    except pd.errors.ParserError as exc:
+        raise InvalidSubmission(f"{path.name} is not a valid CSV: {str(exc).strip()}") from None
+
+
+def _id_key(series: pd.Series) -> pd.Series:
+    """Ids compared by value: integral numbers as ints (so 7 and 7.0 match), else as text."""
+    numeric = pd.to_numeric(series, errors="coerce")
+    if numeric.notna().all() and np.all(np.isfinite(numeric)) and np.all(numeric == np.round(numeric)):
+        return numeric.astype("int64").astype(str)
+    return series.astype(str).str.strip()
+
+
+def check_columns(submission: pd.DataFrame, expected: tuple[str, ...]) -> None:
+    columns = [str(c) for c in submission.columns]
+    missing = [c for c in expected if c not in columns]
+    extra = [c for c in columns if c not in expected]
+    header = ",".join(expected)
+    if missing:
+        raise InvalidSubmission(f"missing column(s) {', '.join(missing)}; the header must be: {header}")
+    if extra:
+        raise InvalidSubmission(f"unexpected column(s) {', '.join(extra)}; the header must be: {header}")
+
+
+def align_ids(submission: pd.DataFrame, answers: pd.DataFrame, id_column: str) -> pd.DataFrame:
+    """The submission's rows reordered to the answers' id order, after checking the row count,
+    duplicates and that the ids are exactly the test ids."""
+    if len(submission) != len(answers):
+        raise InvalidSubmission(
+            f"the submission has {len(submission)} rows; expected {len(answers)} (one per test id)"
+        )
+    sub_ids = _id_key(submission[id_column])
+    ans_ids = _id_key(answers[id_column])
+    duplicated = sub_ids[sub_ids.duplicated()]
+    if len(duplicated):
+        raise InvalidSubmission(f"duplicate ids in column {id_column}: {_examples(duplicated.unique())}")
+    missing = sorted(set(ans_ids) - set(sub_ids))
+    if missing:
+        unexpected = sorted(set(sub_ids) - set(ans_ids))
+        raise InvalidSubmission(
+            f"ids in column {id_column} do not match the test set: {len(missing)} test ids are missing "
+            f"({_examples(missing)}) and {len(unexpected)} are not test ids ({_examples(unexpected)})"
+        )
+    position = pd.Series(np.arange(len(sub_ids)), index=sub_ids.to_numpy())
+    return submission.iloc[position.loc[ans_ids.to_numpy()].to_numpy()].reset_index(drop=True)
+
+
+def _missing_check(column: pd.Series, name: str, ids: pd.Series) -> None:
+    missing = column.isna() | (column.astype(str).str.strip() == "")
+    if missing.any():
+        raise InvalidSubmission(
+            f"{int(missing.sum())} predictions are missing (NaN or empty) in column {name}, "
+            f"e.g. for ids {_examples(ids[missing])}"
+        )
+
+
+def _numeric(column: pd.Series, name: str, ids: pd.Series) -> np.ndarray:
+    _missing_check(column, name, ids)
+    values = pd.to_numeric(column, errors="coerce")
+    bad = values.isna()
+    if bad.any():
+        raise InvalidSubmission(
+            f"{int(bad.sum())} predictions in column {name} are not numbers, "
+            f"e.g. {_examples(column[bad].astype(str).map(repr))}"
+        )
+    array = values.to_numpy(dtype=float)
+    if not np.all(np.isfinite(array)):
+        raise InvalidSubmission(f"column {name} holds infinite values; predictions must be finite numbers")
+    return array
+
+
+def _probabilities(column: pd.Series, name: str, ids: pd.Series) -> np.ndarray:
+    array = _numeric(column, name, ids)
+    out = (array < 0) | (array > 1)
+    if out.any():
+        raise InvalidSubmission(
+            f"{int(out.sum())} probabilities in column {name} are outside [0, 1], "
+            f"e.g. {_examples(array[out])}"
+        )
+    return array
+
+
+def _labels(pred: pd.Series, truth: pd.Series, name: str, ids: pd.Series, integer: bool) -> tuple[np.ndarray, np.ndarray]:
+    _missing_check(pred, name, ids)
+    if integer or pd.api.types.is_numeric_dtype(truth):
+        values = _numeric(pred, name, ids)
+        if integer and not np.all(values == np.round(values)):
+            raise InvalidSubmission(f"column {name} must hold integer labels; found e.g. {_examples(values[values != np.round(values)])}")
+        return truth.to_numpy(dtype=float), values
+    return truth.astype(str).to_numpy(), pred.astype(str).str.strip().to_numpy()
+
+
+def prepare_for_metric(
+    submission: pd.DataFrame,
+    answers: pd.DataFrame,
+    id_column: str,
+    target_columns: tuple[str, ...],
+    metric: Metric,
+) -> tuple[Any, Any]:
+    """Validate a submission against the answers and return `(y_true, y_pred)` for `metric`."""
+    check_columns(submission, (id_column, *target_columns))
+    aligned = align_ids(submission, answers, id_column)
+    ids = aligned[id_column]
+    kind = metric.kind
+    if kind == "probability" and len(target_columns) > 1:
+        y_pred = np.column_stack([_probabilities(aligned[c], c, ids) for c in target_columns])
+        y_true = answers[list(target_columns)].to_numpy(dtype=float)
+        return y_true, y_pred
+    (target,) = target_columns
+    truth = answers[target]
+    pred = aligned[target]
+    if kind == "probability":
+        return truth.to_numpy(dtype=float), _probabilities(pred, target, ids)
+    if kind == "number":
+        values = _numeric(pred, target, ids)
+        if metric.name == "rmsle" and (values < 0).any():
+            raise InvalidSubmission(
+                f"{int((values < 0).sum())} predictions in column {target} are negative; "
+                "RMSLE needs predictions >= 0"
+            )
+        return truth.to_numpy(dtype=float), values
+    if kind == "label":
+        return _labels(pred, truth, target, ids, integer=metric.name == "qwk")
+    if kind == "ranking":
+        _missing_check(pred, target, ids)
+        return truth.astype(str).str.strip().tolist(), [str(p).split() for p in pred]
+    raise ValueError(f"unknown metric kind {kind!r}")

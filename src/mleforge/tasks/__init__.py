@@ -1,0 +1,1 @@
+"""Tasks: competition-like ML problems, their data and their registry."""

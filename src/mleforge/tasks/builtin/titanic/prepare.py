@@ -1,0 +1,34 @@
+"""Prepare `titanic`: survival of 1,309 Titanic passengers (carData::TitanicSurvival)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from mleforge.tasks.preparing import shuffled, split_frame, write_csv
+from mleforge.tasks.sources import rdataset
+
+SEED = 42
+ID = "PassengerId"
+TARGET = "Survived"
+FEATURES = ["name", "sex", "age", "passengerClass"]
+
+
+def prepare(raw: Path, public: Path, private: Path) -> None:
+    frame = rdataset("carData", "TitanicSurvival")
+    frame = frame.rename(columns={"rownames": "name"})
+    frame[TARGET] = (frame["survived"] == "yes").astype("int64")
+    frame = frame[[*FEATURES, TARGET]]
+
+    train, test = split_frame(frame, test_fraction=0.2, seed=SEED, stratify=TARGET)
+    train = shuffled(train, SEED)
+    test = shuffled(test, SEED + 1)
+    train.insert(0, ID, range(1, len(train) + 1))
+    test.insert(0, ID, range(len(train) + 1, len(train) + len(test) + 1))
+
+    majority = int(train[TARGET].mode().min())
+    write_csv(train, public / "train.csv")
+    write_csv(test[[ID, *FEATURES]], public / "test.csv")
+    write_csv(pd.DataFrame({ID: test[ID], TARGET: majority}), public / "sample_submission.csv")
+    write_csv(test[[ID, TARGET]], private / "answers.csv")
