@@ -1,0 +1,5 @@
+import sys
+
+from mleforge.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,56 @@
+"""The CLI as users and scripts run it: a real process, JSON out."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args, data_root, check=True):
+    env = {**os.environ, "MLEFORGE_DATA": str(data_root)}
+    return subprocess.run([sys.executable, "-m", "mleforge", *args], capture_output=True, text=True,
+                          env=env, check=check)
+
+
+def test_tasks_list_json(tmp_path):
+    items = json.loads(run("tasks", "list", "--json", data_root=tmp_path).stdout)
+    assert len(items) >= 12
+    for item in items:
+        assert {"id", "metric", "direction", "modality", "tags", "rows"} <= set(item)
+    titanic = next(i for i in items if i["id"] == "titanic")
+    assert titanic["metric"] == "accuracy" and titanic["direction"] == "higher" and "lite" in titanic["tags"]
+    assert titanic["rows"] == {"train": None, "test": None}
+
+
+def test_prepare_show_and_grade(tmp_path):
+    first = json.loads(run("tasks", "prepare", "titanic", "penguins", "--json", data_root=tmp_path).stdout)
+    assert [r["status"] for r in first] == ["prepared", "prepared"]
+    again = json.loads(run("tasks", "prepare", "titanic", "--json", data_root=tmp_path).stdout)
+    assert again[0]["status"] == "verified"
+    shown = json.loads(run("tasks", "show", "titanic", "--json", data_root=tmp_path).stdout)
+    assert shown["rows"] == {"train": 1047, "test": 262}
+    assert "## Evaluation" in shown["description"]
+
+    answers = tmp_path / "titanic" / "prepared" / "private" / "answers.csv"
+    report = json.loads(run("grade", "titanic", str(answers), "--json", data_root=tmp_path).stdout)
+    assert report["score"] == 1.0 and report["gold_medal"] and report["valid_submission"]
+    table = run("grade", "titanic", str(tmp_path / "nope.csv"), data_root=tmp_path).stdout
+    assert "no submission file" in table
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("tasks", "show", "nope"), "no task 'nope'"),
+        (("tasks", "prepare"), "name task ids, or pass --all"),
+        (("grade", "titanic", "x.csv"), "mleforge tasks prepare titanic"),
+    ],
+)
+def test_errors_exit_2_with_a_message(tmp_path, args, message):
+    out = run(*args, data_root=tmp_path, check=False)
+    assert out.returncode == 2
+    assert message in " ".join(out.stderr.split())

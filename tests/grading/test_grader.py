@@ -1,0 +1,87 @@
+"""Grading a user task with its own grade function; aggregation of reports."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pandas as pd
+import pytest
+
+from mleforge.errors import GraderError
+from mleforge.grading.grader import grade
+from mleforge.grading.report import GradeReport, aggregate_reports
+from mleforge.tasks.prepare import prepare
+from mleforge.tasks.registry import TaskRegistry
+from tests.tasks.helpers import write_task
+
+GRADE_PY = """
+class InvalidSubmissionError(Exception):
+    pass
+
+def grade(submission, answers):
+    if submission["y"].max() > 1:
+        raise InvalidSubmissionError("labels must be 0 or 1")
+    if submission["y"].min() < 0:
+        return 1 / 0  # a grader bug
+    merged = answers.merge(submission, on="id")
+    return float((merged["y_x"] == merged["y_y"]).mean())
+"""
+
+
+@pytest.fixture
+def custom(tmp_path):
+    write_task(tmp_path / "t", metric_lines="grade_fn: grade:grade\ndirection: higher", grade_py=GRADE_PY)
+    task = TaskRegistry(task_dirs=[tmp_path / "t"], include_builtin=False, data_dir=tmp_path / "d",
+                        mlebench=False).get("tiny")
+    prepare(task)
+    return task
+
+
+def submit(tmp_path, values):
+    path = tmp_path / "s.csv"
+    pd.DataFrame({"id": [5, 6, 7, 8], "y": values}).to_csv(path, index=False)
+    return path
+
+
+def test_custom_grade_function(custom, tmp_path):
+    report = grade(custom, submit(tmp_path, [0, 1, 0, 0]))
+    # Leaderboard 1.0, .75, .75, .5, .5 (N=5): gold = silver = position 1 (1.0), bronze position 2 (.75).
+    assert report.score == 0.75 and report.bronze_medal and not report.silver_medal
+    assert report.median_threshold == 0.75 and not report.above_median
+    assert report.metric == "grade:grade"
+    # sample (all zeros) scores .5: normalized (0.75 - 0.5) / (1.0 - 0.5)
+    assert report.normalized_score == 0.5
+
+
+def test_custom_invalid_and_bug(custom, tmp_path):
+    report = grade(custom, submit(tmp_path, [0, 2, 0, 0]))
+    assert not report.valid_submission and report.invalid_reason == "labels must be 0 or 1"
+    with pytest.raises(GraderError, match="ZeroDivisionError"):
+        grade(custom, submit(tmp_path, [0, -1, 0, 0]))
+
+
+def report(score, valid=True, medal=None, above=False, normalized=None):
+    return GradeReport(
+        competition_id="t", score=score if valid else None, gold_threshold=1, silver_threshold=1,
+        bronze_threshold=1, median_threshold=1, any_medal=medal is not None,
+        gold_medal=medal == "gold", silver_medal=medal == "silver", bronze_medal=medal == "bronze",
+        above_median=above, submission_exists=True, valid_submission=valid, is_lower_better=False,
+        created_at=datetime(2026, 1, 1), submission_path="s.csv", normalized_score=normalized,
+    )
+
+
+def test_aggregate_by_hand():
+    reports = [report(0.9, medal="gold", above=True, normalized=1.0),
+               report(0.5, normalized=0.5), report(None, valid=False), report(0.8, medal="bronze", above=True, normalized=0.8)]
+    agg = aggregate_reports(reports)
+    assert agg["total_runs"] == 4 and agg["total_valid_submissions"] == 3
+    assert (agg["total_medals"], agg["total_gold_medals"], agg["total_bronze_medals"]) == (2, 1, 1)
+    assert agg["total_above_median"] == 2 and agg["any_medal_rate"] == 0.5
+    assert agg["valid_submission_rate"] == 0.75
+    assert agg["mean_normalized_score"] == pytest.approx((1.0 + 0.5 + 0 + 0.8) / 4)
+    assert agg["mean_normalized_score_valid"] == pytest.approx((1.0 + 0.5 + 0.8) / 3)
+
+
+def test_report_round_trip():
+    r = report(0.5, normalized=0.25)
+    assert GradeReport.from_dict(r.to_dict()) == r

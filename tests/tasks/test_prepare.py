@@ -1,0 +1,126 @@
+"""Preparation: deterministic, verified, redone when corrupted or half-written, never used then."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mleforge.errors import DataNotPrepared, PreparationError
+from mleforge.tasks.prepare import MANIFEST, prepare, require_prepared, verify
+from mleforge.tasks.registry import TaskRegistry
+from tests.tasks.helpers import PREPARE, write_task
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    write_task(tmp_path / "tasks")
+    registry = TaskRegistry(task_dirs=[tmp_path / "tasks"], include_builtin=False,
+                            data_dir=tmp_path / "data", mlebench=False)
+    return registry.get("tiny")
+
+
+def test_prepare_then_skip_when_intact(tiny):
+    first = prepare(tiny)
+    assert first.status == "prepared" and first.reason == "not prepared"
+    assert verify(tiny) is None
+    assert prepare(tiny).status == "verified"
+    manifest = json.loads((tiny.data_dir / "prepared" / MANIFEST).read_text())
+    assert set(manifest["files"]) == {
+        "public/train.csv", "public/test.csv", "public/sample_submission.csv",
+        "public/description.md", "private/answers.csv",
+    }
+    assert manifest["rows"] == {"train": 4, "test": 4}
+    assert prepare(tiny, force=True).reason == "forced"
+
+
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (lambda p: (p / "public" / "train.csv").write_text("id,x,y\n1,0,0\n"), "wrong size"),
+        (lambda p: (p / "private" / "answers.csv").unlink(), "missing file private/answers.csv"),
+        (lambda p: (p / "public" / "extra.txt").write_text("?"), "unexpected file public/extra.txt"),
+        (lambda p: (p / MANIFEST).write_text("{not json"), "unreadable manifest"),
+        (lambda p: (p / MANIFEST).unlink(), "no manifest"),
+    ],
+)
+def test_damage_is_detected_refused_and_repaired(tiny, damage, problem):
+    prepare(tiny)
+    damage(tiny.data_dir / "prepared")
+    assert problem in verify(tiny)
+    with pytest.raises(DataNotPrepared, match="mleforge tasks prepare tiny"):
+        require_prepared(tiny)
+    result = prepare(tiny)
+    assert result.status == "prepared" and problem in result.reason
+    assert verify(tiny) is None
+
+
+def test_same_size_bit_flip_is_detected(tiny):
+    prepare(tiny)
+    path = tiny.data_dir / "prepared" / "private" / "answers.csv"
+    data = bytearray(path.read_bytes())
+    data[-2] = ord("0") if data[-2] == ord("1") else ord("1")
+    path.write_bytes(bytes(data))
+    os.utime(path)
+    assert "wrong checksum" in verify(tiny)
+
+
+def test_definition_change_triggers_preparation(tiny):
+    prepare(tiny)
+    (tiny.spec.folder / "description.md").write_text("# Tiny\nNew words.\n")
+    assert verify(tiny) == "the task definition changed since it was prepared"
+    assert prepare(tiny).status == "prepared"
+
+
+def test_killed_preparer_leaves_nothing_usable(tiny, tmp_path):
+    """SIGKILL a preparer half-way: the old preparation is gone or intact, never half-written."""
+    (tiny.spec.folder / "prepare.py").write_text(PREPARE.replace(
+        'private / "answers.csv", index=False)',
+        'private / "answers.csv", index=False)\n    import time; print("ready", flush=True); time.sleep(60)'))
+    code = textwrap.dedent(f"""
+        from mleforge.tasks.registry import TaskRegistry
+        from mleforge.tasks.prepare import prepare
+        r = TaskRegistry(task_dirs=[{str(tiny.spec.folder.parent)!r}], include_builtin=False,
+                         data_dir={str(tiny.data_dir.parent)!r}, mlebench=False)
+        prepare(r.get("tiny"))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert list(tiny.data_dir.glob(".staging-*"))  # the half-written folder is there...
+    assert verify(tiny) == "not prepared"  # ...but never taken for a preparation
+    (tiny.spec.folder / "prepare.py").write_text(PREPARE)
+    assert prepare(tiny).status == "prepared"
+    assert not list(tiny.data_dir.glob(".staging-*"))
+
+
+def test_preparer_that_leaks_answers_is_refused(tiny):
+    (tiny.spec.folder / "prepare.py").write_text(PREPARE + textwrap.dedent('''
+        _original = prepare
+        def prepare(raw, public, private):
+            _original(raw, public, private)
+            (public / "answers_copy.csv").write_bytes((private / "answers.csv").read_bytes())
+    '''))
+    with pytest.raises(PreparationError, match="copy of private/answers.csv under public"):
+        prepare(tiny)
+    assert verify(tiny) == "not prepared"
+
+
+def test_preparer_that_leaves_target_in_test_is_refused(tiny):
+    (tiny.spec.folder / "prepare.py").write_text(PREPARE.replace(
+        '"x": [0.3, 0.7, 0.1, 0.95]}', '"x": [0.3, 0.7, 0.1, 0.95], "y": [0, 1, 0, 1]}'))
+    with pytest.raises(PreparationError, match=r"target column\(s\) \['y'\] in public/test.csv"):
+        prepare(tiny)
+
+
+def test_preparer_missing_a_file_is_refused(tiny):
+    (tiny.spec.folder / "prepare.py").write_text(PREPARE.replace(
+        'pd.DataFrame({"id": [5, 6, 7, 8], "y": [0, 1, 0, 1]}).to_csv(private / "answers.csv", index=False)', "pass"))
+    with pytest.raises(PreparationError, match="did not write private/answers.csv"):
+        prepare(tiny)
