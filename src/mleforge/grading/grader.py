@@ -76,21 +76,27 @@ def score_frame(task: Task, submission: pd.DataFrame) -> float:
     return round(float(score), SCORE_DECIMALS)
 
 
+def sample_submission_score(task: Task) -> float | None:
+    """The score of the task's sample submission (the naive baseline), or None if it is
+    not a valid submission. Cached per sample file."""
+    key = _file_key(task.sample_submission_path)
+    with _cache_lock:
+        if key in _anchor_cache:
+            return _anchor_cache[key]
+    try:
+        anchor = score_frame(task, read_submission(task.sample_submission_path))
+    except InvalidSubmission:
+        anchor = None
+    with _cache_lock:
+        _anchor_cache[key] = anchor
+    return anchor
+
+
 def _normalized(task: Task, score: float | None, leaderboard: pd.Series) -> float | None:
     """0 at the sample submission's score, 1 at the leaderboard's best; None when invalid."""
     if score is None:
         return None
-    key = _file_key(task.sample_submission_path)
-    with _cache_lock:
-        known = key in _anchor_cache
-        anchor = _anchor_cache.get(key)
-    if not known:
-        try:
-            anchor = score_frame(task, read_submission(task.sample_submission_path))
-        except InvalidSubmission:
-            anchor = None
-        with _cache_lock:
-            _anchor_cache[key] = anchor
+    anchor = sample_submission_score(task)
     best = float(leaderboard.min() if task.is_lower_better else leaderboard.max())
     if anchor is None:  # fall back to the leaderboard's worst entry
         anchor = float(leaderboard.max() if task.is_lower_better else leaderboard.min())

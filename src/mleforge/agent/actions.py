@@ -1,0 +1,403 @@
+"""Parsing a completion into an Action: a plan and the full script to run.
+
+Two formats are accepted:
+
+A (any stage): a short plan in prose and exactly one fenced Python code block
+   (```python ... ``` or an unlabelled ``` ... ```) holding the complete script.
+B (debug, improve): a plan and one or more search/replace edits of the target
+   script, bare or inside a fence:
+
+       <<<<<<< SEARCH
+       exact lines from the current script
+       =======
+       replacement lines
+       >>>>>>> REPLACE
+
+   Edits apply in order, each to the script as the previous ones left it. A
+   SEARCH must match exactly once: first as whole lines, exactly; failing
+   that, with trailing whitespace ignored on every line; more than one match
+   at either step is an error (never a guess).
+
+Anything else raises `ActionFormatError` with a `kind` (for counting) and a
+`reason` (for the log and for the reward's breakdown); no other exception
+comes out of `parse_completion` for any text or bytes.
+
+Policy on syntax: a script that is not valid Python is still an Action (with
+`syntax_error` set). Running it yields the SyntaxError traceback, which is
+exactly what a debug step learns from; it is an execution error, not a format
+error. An empty script, though, is a format error: there is nothing to run.
+
+Corner case (ML-Agent: "actions that edit nothing"): in debug and improve,
+edits that leave the script unchanged, or a full script identical to the
+current one (up to trailing whitespace), are format errors. Rerunning the same
+script would otherwise earn an improve state a free 0.5.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mleforge.errors import MleforgeError
+from mleforge.reward.components import STAGES
+
+DEFAULT_MAX_CHARS = 200_000
+ACTION_FORMATS = ("script", "edits")
+# Info strings of a fence taken as Python. Unlabelled fences count only when no
+# fence is labelled Python: "```\n0.85\n```" quoting an output is then not code.
+PYTHON_LABELS = ("python", "py", "python3")
+
+# Why a completion was refused, one code each (ActionFormatError.kind).
+KINDS = (
+    "empty", "not_text", "too_long", "unterminated_fence", "no_code", "multiple_code_blocks",
+    "empty_code", "mixed_formats", "edits_in_draft", "malformed_edit", "empty_search",
+    "search_not_found", "search_ambiguous", "no_change",
+)
+
+# A fence opener: 3+ backticks, then an info string without backticks (CommonMark).
+_OPEN_RE = re.compile(r"^[ \t]*(`{3,})[ \t]*([^`\s]*)[^`]*$")
+_CLOSE_RE = re.compile(r"^[ \t]*(`{3,})[ \t]*$")
+_SEARCH_RE = re.compile(r"^[ \t]*<{5,9}[ \t]*SEARCH[ \t]*$")
+_DIVIDER_RE = re.compile(r"^[ \t]*={5,9}[ \t]*$")
+_REPLACE_RE = re.compile(r"^[ \t]*>{5,9}[ \t]*REPLACE[ \t]*$")
+
+
+class ActionFormatError(MleforgeError):
+    """A completion holds no usable action; `reason` says exactly why, `kind` names the case."""
+
+    def __init__(self, kind: str, reason: str):
+        self.kind = kind
+        self.reason = reason
+        super().__init__(reason)
+
+    def __reduce__(self):  # survives pickling (worker processes, Ray) with both fields
+        return (type(self), (self.kind, self.reason))
+
+
+@dataclass(frozen=True)
+class Action:
+    """What a completion asks to run: `code` is always the full new script."""
+
+    plan: str
+    code: str
+    format: str  # "script" (format A) or "edits" (format B)
+    n_edits: int = 0
+    syntax_error: str | None = None  # "line N: message" when the script does not compile
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "plan": self.plan,
+            "code": self.code,
+            "format": self.format,
+            "n_edits": self.n_edits,
+            "syntax_error": self.syntax_error,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Action:
+        return cls(
+            plan=data["plan"],
+            code=data["code"],
+            format=data["format"],
+            n_edits=data["n_edits"],
+            syntax_error=data["syntax_error"],
+        )
+
+
+@dataclass(frozen=True)
+class _Fence:
+    label: str  # the info string's first word, lower-cased
+    open_line: int  # 0-based index of the opening line
+    close_line: int
+    body: tuple[str, ...]
+
+    @property
+    def has_edits(self) -> bool:
+        return any(_SEARCH_RE.match(line) for line in self.body)
+
+
+@dataclass(frozen=True)
+class _Edit:
+    number: int  # 1-based, in the order written
+    line: int  # 1-based line of its SEARCH marker in the completion
+    search: tuple[str, ...]
+    replace: tuple[str, ...]
+
+
+def parse_completion(
+    completion: str | bytes | None,
+    stage: str,
+    base_code: str | None = None,
+    *,
+    max_chars: int = DEFAULT_MAX_CHARS,
+) -> Action:
+    """The Action a completion asks for, or ActionFormatError saying why there is none.
+
+    `base_code` is the target node's script; required for debug and improve.
+    """
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {', '.join(STAGES)}; got {stage!r}")
+    if stage != "draft" and base_code is None:
+        raise ValueError(f"a {stage} step needs base_code, the target node's script")
+    text = _as_text(completion, max_chars)
+    lines = text.split("\n")
+    fences = _scan_fences(lines)
+    if any(_SEARCH_RE.match(line) for line in lines):
+        return _parse_edits(lines, fences, stage, _normalize_newlines(base_code or ""))
+    action = _parse_script(lines, fences)
+    if base_code is not None and stage != "draft" and _same_script(action.code, base_code):
+        raise ActionFormatError(
+            "no_change", "the script is identical to the current one; change something or fix the bug"
+        )
+    return action
+
+
+def _normalize_newlines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _as_text(completion: str | bytes | None, max_chars: int) -> str:
+    if completion is None:
+        raise ActionFormatError("empty", "the completion is empty")
+    if isinstance(completion, (bytes, bytearray)):
+        # UTF-8 spends at most 4 bytes a character: anything longer is over the limit.
+        if len(completion) > 4 * max_chars:
+            raise ActionFormatError(
+                "too_long", f"the completion has {len(completion)} bytes; the limit is {max_chars} characters"
+            )
+        try:
+            completion = bytes(completion).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ActionFormatError(
+                "not_text",
+                f"the completion is not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at offset {exc.start}",
+            ) from None
+    if not isinstance(completion, str):
+        raise TypeError(f"a completion is str or bytes; got {type(completion).__name__}")
+    if len(completion) > max_chars:
+        raise ActionFormatError(
+            "too_long", f"the completion has {len(completion)} characters; the limit is {max_chars}"
+        )
+    try:
+        completion.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates cannot be stored or hashed as UTF-8
+        raise ActionFormatError(
+            "not_text", f"the completion is not valid Unicode text: a lone surrogate at offset {exc.start}"
+        ) from None
+    text = _normalize_newlines(completion.removeprefix("\ufeff"))
+    if not text.strip():
+        raise ActionFormatError("empty", "the completion is empty")
+    return text
+
+
+def _scan_fences(lines: list[str]) -> list[_Fence]:
+    """Every fenced block, by CommonMark's rule: a fence closes at the first line of
+    only backticks, at least as many as opened it."""
+    fences = []
+    i = 0
+    while i < len(lines):
+        opened = _OPEN_RE.match(lines[i])
+        if not opened:
+            i += 1
+            continue
+        ticks = len(opened.group(1))
+        j = i + 1
+        while j < len(lines):
+            closed = _CLOSE_RE.match(lines[j])
+            if closed and len(closed.group(1)) >= ticks:
+                break
+            j += 1
+        if j == len(lines):
+            label = opened.group(2)
+            raise ActionFormatError(
+                "unterminated_fence",
+                f"the code fence opened at line {i + 1} ({'`' * ticks}{label}) is never closed; "
+                "the completion may have been cut off at its token limit",
+            )
+        fences.append(_Fence(opened.group(2).lower(), i, j, tuple(lines[i + 1:j])))
+        i = j + 1
+    return fences
+
+
+def _python_fences(fences: list[_Fence]) -> list[_Fence]:
+    code = [f for f in fences if not f.has_edits]
+    labelled = [f for f in code if f.label in PYTHON_LABELS]
+    return labelled or [f for f in code if f.label == ""]
+
+
+def _parse_script(lines: list[str], fences: list[_Fence]) -> Action:
+    candidates = _python_fences(fences)
+    if not candidates:
+        if fences:
+            labels = ", ".join(sorted({f"```{f.label}" for f in fences}))
+            raise ActionFormatError(
+                "no_code",
+                f"the completion has no Python code block (only {labels}); put the complete "
+                "script in one ```python block",
+            )
+        raise ActionFormatError(
+            "no_code",
+            "the completion has no fenced code block: write the plan, then the complete "
+            "script in one ```python block",
+        )
+    if len(candidates) > 1:
+        where = ", ".join(f"lines {f.open_line + 1}-{f.close_line + 1}" for f in candidates)
+        raise ActionFormatError(
+            "multiple_code_blocks",
+            f"the completion has {len(candidates)} Python code blocks ({where}); which one is the "
+            "script? Give exactly one block with the complete script",
+        )
+    fence = candidates[0]
+    code = "\n".join(fence.body)
+    if not code.strip():
+        raise ActionFormatError("empty_code", f"the code block at line {fence.open_line + 1} is empty")
+    if not code.endswith("\n"):
+        code += "\n"
+    plan = "\n".join([*lines[:fence.open_line], *lines[fence.close_line + 1:]]).strip()
+    return Action(plan=plan, code=code, format="script", syntax_error=_syntax_error(code))
+
+
+def _parse_edits(lines: list[str], fences: list[_Fence], stage: str, base_code: str) -> Action:
+    if stage == "draft":
+        raise ActionFormatError(
+            "edits_in_draft",
+            "the completion has SEARCH/REPLACE edits, but a draft has no script to edit; "
+            "write the complete script in one ```python block",
+        )
+    scripts = [f for f in _python_fences(fences) if f.label in PYTHON_LABELS]
+    if scripts:
+        raise ActionFormatError(
+            "mixed_formats",
+            f"the completion has both SEARCH/REPLACE edits and a Python code block (line "
+            f"{scripts[0].open_line + 1}); give either edits or one complete script, not both",
+        )
+    # The fence lines around edit blocks are packaging, neither plan nor edit.
+    skip = {i for f in fences if f.has_edits for i in (f.open_line, f.close_line)}
+    edits, plan = _read_edits([(i, line) for i, line in enumerate(lines) if i not in skip])
+    code = base_code
+    for edit in edits:
+        code = _apply_edit(code, edit)
+    if code == base_code:
+        raise ActionFormatError("no_change", "the edits do not change the script")
+    if not code.strip():
+        raise ActionFormatError("empty_code", "the edits leave the script empty")
+    return Action(plan=plan, code=code, format="edits", n_edits=len(edits), syntax_error=_syntax_error(code))
+
+
+def _read_edits(numbered: list[tuple[int, str]]) -> tuple[list[_Edit], str]:
+    """The edit blocks, in order, and the prose around them (the plan)."""
+    edits: list[_Edit] = []
+    plan: list[str] = []
+    part = "prose"  # prose -> search -> replace -> prose
+    start = 0
+    search: list[str] = []
+    replace: list[str] = []
+
+    def malformed(problem: str) -> ActionFormatError:
+        return ActionFormatError("malformed_edit", f"edit {len(edits) + 1} (line {start}): {problem}")
+
+    for i, line in numbered:
+        is_search, is_divider, is_replace = (
+            bool(_SEARCH_RE.match(line)), bool(_DIVIDER_RE.match(line)), bool(_REPLACE_RE.match(line))
+        )
+        if part == "prose":
+            if is_search:
+                part, start, search = "search", i + 1, []
+            elif is_replace:
+                raise ActionFormatError(
+                    "malformed_edit", f"line {i + 1}: `>>>>>>> REPLACE` without a `<<<<<<< SEARCH` before it"
+                )
+            else:  # a lone `=======` in prose is a Markdown heading underline
+                plan.append(line)
+        elif part == "search":
+            if is_divider:
+                part, replace = "replace", []
+            elif is_search or is_replace:
+                raise malformed(f"line {i + 1} has {line.strip()!r} before the `=======` divider")
+            else:
+                search.append(line)
+        elif is_replace:
+            if not any(s.strip() for s in search):
+                raise ActionFormatError(
+                    "empty_search",
+                    f"edit {len(edits) + 1} (line {start}) has an empty SEARCH section; quote the exact "
+                    "lines of the script to replace",
+                )
+            edits.append(_Edit(len(edits) + 1, start, tuple(search), tuple(replace)))
+            part = "prose"
+        elif is_search or is_divider:
+            raise malformed(f"line {i + 1} has {line.strip()!r} before `>>>>>>> REPLACE`")
+        else:
+            replace.append(line)
+    if part != "prose":
+        missing = "`=======`" if part == "search" else "`>>>>>>> REPLACE`"
+        raise malformed(f"it never reaches {missing}; the completion may have been cut off")
+    return edits, "\n".join(plan).strip()
+
+
+def _find_lines(haystack: list[str], needle: tuple[str, ...] | list[str], limit: int = 2) -> list[int]:
+    """0-based line numbers where `needle` occurs as whole consecutive lines, at most `limit`.
+
+    str.find on newline-delimited text keeps this linear in practice, even for
+    a 200k-character script and an adversarial SEARCH section.
+    """
+    text = "\n" + "\n".join(haystack) + "\n"
+    pattern = "\n" + "\n".join(needle) + "\n"
+    found: list[int] = []
+    start = 0
+    while len(found) < limit:
+        at = text.find(pattern, start)
+        if at < 0:
+            break
+        found.append(text.count("\n", 0, at))
+        start = at + 1
+    return found
+
+
+def _apply_edit(code: str, edit: _Edit) -> str:
+    lines = code.split("\n")
+    for tolerant in (False, True):
+        if tolerant:
+            at = _find_lines([s.rstrip() for s in lines], [s.rstrip() for s in edit.search])
+        else:
+            at = _find_lines(lines, edit.search)
+        if len(at) == 1:
+            pos = at[0]
+            return "\n".join([*lines[:pos], *edit.replace, *lines[pos + len(edit.search):]])
+        if len(at) > 1:
+            raise ActionFormatError(
+                "search_ambiguous",
+                f"edit {edit.number} (line {edit.line}): its SEARCH text matches more than once in the "
+                f"current script (at lines {at[0] + 1} and {at[1] + 1}); include more lines to make it unique",
+            )
+    first = next((s.strip() for s in edit.search if s.strip()), "")
+    if len(first) > 120:
+        first = first[:117] + "..."
+    raise ActionFormatError(
+        "search_not_found",
+        f"edit {edit.number} (line {edit.line}): its SEARCH text is not in the current script "
+        f"(first line searched: {first!r}); copy the lines exactly from the script",
+    )
+
+
+def _same_script(a: str, b: str) -> bool:
+    """Equal up to line endings, trailing whitespace and blank lines at either end."""
+
+    def canonical(code: str) -> str:
+        return "\n".join(line.rstrip() for line in _normalize_newlines(code).split("\n")).strip("\n")
+
+    return canonical(a) == canonical(b)
+
+
+def _syntax_error(code: str) -> str | None:
+    """None if the script compiles, else where and why it does not."""
+    try:
+        compile(code, "<script>", "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return f"line {exc.lineno}: {exc.msg}"
+    except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
+        # null bytes, or nesting too deep for the compiler: Python will refuse it too.
+        return f"{type(exc).__name__}: {exc}"
+    return None

@@ -1,0 +1,389 @@
+"""Rendering a State into chat messages: one function per stage (draft, debug, improve).
+
+A prompt is a pure function of (state, task, config): no clocks, no
+randomness, no wall times, so the state's content hash identifies its prompt
+and prompt caches hit. The system message holds what is the same for every
+state of a stage and task (role, instructions, response format): servers that
+cache prompt prefixes reuse it. The user message holds the task, its data and
+the state.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+
+from mleforge.agent.records import ExecutionSummary, Journal, Node, State, trim_head_tail
+from mleforge.errors import ConfigError
+from mleforge.tasks.prepare import require_prepared
+from mleforge.tasks.task import Task
+
+# The workspace layout a script runs in (the sandbox builds it).
+INPUT_DIR = "./input/"
+SUBMISSION_PATH = "./submission/submission.csv"
+WORKING_DIR = "./working/"
+OVERVIEW_FILES = ("train.csv", "test.csv", "sample_submission.csv")
+
+Messages = list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class PromptConfig:
+    """Budgets and switches of the prompts. Character budgets bound what one prompt
+    can grow to, whatever a script printed."""
+
+    output_head_chars: int = 2000  # of each of stdout and stderr, shown head + tail
+    output_tail_chars: int = 4000  # the tail gets more: tracebacks and final scores are there
+    memory_nodes: int = 8  # the most recent earlier attempts summarized
+    memory_plan_chars: int = 300
+    memory_error_chars: int = 300
+    overview_columns: int = 12  # per file, id and target columns first; the rest are listed by type
+    overview_values: int = 3  # example values per column
+    overview_value_chars: int = 40
+    overview_sample_rows: int = 500  # rows read to infer types and examples
+    overview_files: int = 30  # entries listed of the input folder
+    allow_edits: bool = True  # offer SEARCH/REPLACE edits (format B) in debug and improve
+    show_scores: bool = True  # show earlier attempts' graded scores (a public-leaderboard-like signal)
+    packages: tuple[str, ...] = ("numpy", "pandas", "scikit-learn", "scipy")
+
+    def __post_init__(self) -> None:
+        for key in (
+            "output_head_chars", "output_tail_chars", "memory_nodes", "memory_plan_chars",
+            "memory_error_chars", "overview_columns", "overview_values", "overview_value_chars",
+        ):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"prompt.{key}: got {value!r}; expected an integer >= 0")
+        for key in ("overview_sample_rows", "overview_files"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"prompt.{key}: got {value!r}; expected an integer >= 1")
+        object.__setattr__(self, "packages", tuple(self.packages))
+        if not self.packages or not all(isinstance(p, str) and p for p in self.packages):
+            raise ConfigError(f"prompt.packages: got {self.packages!r}; expected package names")
+
+
+# --- small formatting helpers ---
+
+
+def _fence(text: str, lang: str = "") -> str:
+    """`text` in a Markdown fence longer than any run of backticks inside it, so
+    a script or an output containing ``` cannot end the block early."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return f"{ticks}{lang}\n{text.rstrip(chr(10))}\n{ticks}"
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
+
+
+def _number(x: float) -> str:
+    return repr(round(float(x), 5))
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # unreachable; keeps type checkers content
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 60 and seconds % 60 == 0:
+        minutes = int(seconds // 60)
+        return f"{minutes} minute{'s' if minutes != 1 else ''}"
+    return f"{seconds:g} seconds"
+
+
+# --- the data overview, computed once per prepared task ---
+
+
+def data_overview(task: Task, config: PromptConfig | None = None) -> str:
+    """The public files (names, sizes) and, for train, test and sample submission,
+    rows, columns, types and a few values. Cached per task folder and file state."""
+    config = config or PromptConfig()
+    require_prepared(task)
+    public = task.public_dir
+    signature = tuple(
+        sorted((e.name, e.is_dir(), e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(public))
+    )
+    fmt = task.spec.submission
+    # The id and target columns are always described, however wide the table.
+    key_columns = tuple(dict.fromkeys(c for c in (fmt.id_column, task.spec.target, *fmt.target_columns) if c))
+    return _overview(str(public), signature, key_columns, config)
+
+
+@lru_cache(maxsize=64)
+def _overview(public: str, signature: tuple, key_columns: tuple[str, ...], config: PromptConfig) -> str:
+    root = Path(public)
+    lines = [f"Files in {INPUT_DIR}:"]
+    entries = sorted(signature)
+    for name, is_dir, size, _ in entries[: config.overview_files]:
+        if is_dir:
+            count = sum(1 for _ in os.scandir(root / name))
+            lines.append(f"  {name}/  ({count} entries)")
+        else:
+            lines.append(f"  {name}  ({_size(size)})")
+    if len(entries) > config.overview_files:
+        lines.append(f"  ... and {len(entries) - config.overview_files} more")
+    for name in OVERVIEW_FILES:
+        if (root / name).is_file():
+            lines += ["", *_csv_overview(root / name, key_columns, config)]
+    return "\n".join(lines)
+
+
+def _csv_overview(path: Path, key_columns: tuple[str, ...], config: PromptConfig) -> list[str]:
+    sample = pd.read_csv(path, nrows=config.overview_sample_rows)
+    # One column is enough to count rows, and quoted newlines in text fields are handled.
+    rows = len(pd.read_csv(path, usecols=[0])) if len(sample) == config.overview_sample_rows else len(sample)
+    lines = [
+        f"{path.name}: {rows} rows x {sample.shape[1]} columns "
+        f"(types and examples from the first {min(rows, config.overview_sample_rows)} rows)"
+    ]
+    columns = [str(c) for c in sample.columns]
+    keys = [c for c in columns if c in key_columns]
+    others = [c for c in columns if c not in key_columns]
+    chosen = set(keys[: config.overview_columns]) | set(others[: max(0, config.overview_columns - len(keys))])
+    shown = [c for c in columns if c in chosen]
+    width = max((len(c) for c in shown), default=0)
+    for column, series in zip(columns, (sample[c] for c in sample.columns)):
+        if column not in chosen:
+            continue
+        values = series.dropna().unique()[: config.overview_values]
+        examples = ", ".join(_value(v, config.overview_value_chars) for v in values)
+        missing = int(series.isna().sum())
+        note = f"  ({missing} missing)" if missing else ""
+        lines.append(f"  {column:<{width}}  {series.dtype}  e.g. {examples or '-'}{note}")
+    rest = [i for i, c in enumerate(columns) if c not in chosen]
+    if rest:
+        kinds = sample.iloc[:, rest].dtypes.astype(str).value_counts().sort_index()
+        summary = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+        names = [columns[i] for i in rest]
+        listed = ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])}, ..., {names[-1]}"
+        lines.append(f"  ... and {len(rest)} more columns ({summary}): {listed}")
+    return lines
+
+
+def _value(value: object, limit: int) -> str:
+    if isinstance(value, str):
+        text = value if len(value) <= limit else value[: max(0, limit - 3)] + "..."
+        return repr(text)
+    if hasattr(value, "item"):  # numpy scalars print as Python ones
+        value = value.item()
+    return repr(value)
+
+
+# --- sections rendered from the state ---
+
+
+def _instructions(task: Task, config: PromptConfig) -> str:
+    spec = task.spec
+    fmt = spec.submission
+    better = "lower" if task.is_lower_better else "higher"
+    limits = spec.limits
+    packages = ", ".join(config.packages)
+    return "\n".join([
+        "Instructions:",
+        f"- The data is in `{INPUT_DIR}` (read-only): train.csv, test.csv, sample_submission.csv "
+        "and description.md.",
+        f"- Write a prediction for every row of test.csv to `{SUBMISSION_PATH}`, with the columns "
+        f"of sample_submission.csv ({', '.join(fmt.columns)}). This file is what gets graded; "
+        "nothing else counts.",
+        f"- Use `{WORKING_DIR}` for any other files you need.",
+        f"- The script must finish within {_duration(limits.timeout_s)}, with {limits.memory_mb} MB "
+        f"of memory and {limits.cpus} CPU cores; it is stopped at the limit.",
+        f"- Hold out part of the training data and print the validation score ({spec.metric_name}, "
+        f"{better} is better), so you can judge the model.",
+        f"- Use only the installed packages: {packages}. There is no internet access.",
+        "- Write one complete, self-contained script: no placeholders, no parts left out, no input().",
+    ])
+
+
+def _response_format(stage: str, config: PromptConfig) -> str:
+    text = (
+        "Response format: a brief plan in prose (3-5 sentences), then exactly one ```python code "
+        "block holding the complete script. Write nothing after the code block."
+    )
+    if stage != "draft" and config.allow_edits:
+        text += (
+            "\n\nOr, instead of the complete script, give the plan and then one or more edits of "
+            "the current script, each in this form:\n\n"
+            "<<<<<<< SEARCH\n(exact lines copied from the current script)\n=======\n"
+            "(the lines that replace them)\n>>>>>>> REPLACE\n\n"
+            "Each SEARCH must match exactly one place in the script; edits apply in order."
+        )
+    return text
+
+
+_ROLES = {
+    "draft": (
+        "You are an expert machine-learning engineer competing in a Kaggle-style competition. "
+        "Plan a solution to the task below and implement it as a single Python script that "
+        "trains a model and writes predictions for the test set."
+    ),
+    "debug": (
+        "You are an expert machine-learning engineer competing in a Kaggle-style competition. "
+        "Your previous script failed: it crashed, ran out of time, or did not write a valid "
+        "submission. Find the cause from its output and fix it."
+    ),
+    "improve": (
+        "You are an expert machine-learning engineer competing in a Kaggle-style competition. "
+        "Your previous script works. Propose one specific change that should improve its test "
+        "score, small enough that its effect can be measured, and implement it."
+    ),
+}
+
+
+def _system(stage: str, task: Task, config: PromptConfig) -> str:
+    return "\n\n".join([_ROLES[stage], _instructions(task, config), _response_format(stage, config)])
+
+
+def _attempt_result(node: Node, config: PromptConfig) -> str:
+    if node.valid:
+        return f"test score {_number(node.score)}" if config.show_scores else "valid submission"  # type: ignore[arg-type]
+    return "failed: " + _one_line(_failure(node), config.memory_error_chars)
+
+
+def _failure(node: Node) -> str:
+    """Why a node is not valid, in one phrase."""
+    ex = node.execution
+    parts = []
+    if ex is None:
+        parts.append("no parsable action")
+    elif ex.timed_out:
+        parts.append("timed out")
+    elif ex.killed_by is not None:
+        parts.append(f"killed ({ex.killed_by})")
+    elif ex.returncode not in (0, None):
+        parts.append(f"exit code {ex.returncode}")
+    if node.error:
+        parts.append(node.error)
+    elif ex is not None and ex.stderr.strip():
+        parts.append(ex.stderr.strip().splitlines()[-1])  # the exception line of a traceback
+    elif ex is not None and not ex.submission_written:
+        parts.append("no submission written")
+    return ": ".join(parts) or "no valid submission"
+
+
+def _memory(journal: Journal, exclude: str | None, config: PromptConfig) -> str | None:
+    earlier = [(i, n) for i, n in enumerate(journal.nodes) if n.id != exclude]
+    if not earlier or config.memory_nodes == 0:
+        return None
+    shown = earlier[-config.memory_nodes:]
+    lines = ["Earlier attempts (oldest first):"]
+    if len(earlier) > len(shown):
+        lines.append(f"({len(earlier) - len(shown)} older attempts not shown)")
+    for i, node in shown:
+        kind = node.stage
+        if node.parent_id is not None:
+            kind += f" of attempt {journal.position(node.parent_id) + 1}"
+        plan = _one_line(node.plan, config.memory_plan_chars) or "(no plan given)"
+        lines.append(f"- Attempt {i + 1} ({kind}): {plan} -> {_attempt_result(node, config)}")
+    return "\n".join(lines)
+
+
+def _execution(ex: ExecutionSummary, node: Node, config: PromptConfig, task: Task) -> str:
+    status = []
+    if ex.timed_out:
+        status.append(f"timed out (the limit is {_duration(task.spec.limits.timeout_s)})")
+    if ex.killed_by is not None and not ex.timed_out:
+        status.append(f"killed by the {ex.killed_by} limit")
+    status.append(f"exit code {ex.returncode}" if ex.returncode is not None else "no exit code")
+    status.append(f"submission written: {'yes' if ex.submission_written else 'no'}")
+    lines = ["Result: " + "; ".join(status)]
+    if node.error:
+        lines.append(f"Why it did not produce a valid submission: {node.error}")
+    for name, text in (("stdout", ex.stdout), ("stderr", ex.stderr)):
+        shown = trim_head_tail(text, config.output_head_chars, config.output_tail_chars)
+        lines += [f"{name}:", _fence(shown) if shown.strip() else "(empty)"]
+    return "\n".join(lines)
+
+
+def _user(state: State, task: Task, config: PromptConfig, sections: list[str | None]) -> str:
+    head = [
+        "# Task\n\n" + task.description().strip(),
+        "# Data overview\n\n" + data_overview(task, config),
+    ]
+    return "\n\n".join(s for s in [*head, *sections] if s)
+
+
+def _ideas(state: State) -> str | None:
+    if not state.ideas:
+        return None
+    return "# Ideas to consider\n\n" + "\n".join(f"- {idea}" for idea in state.ideas)
+
+
+def _target(state: State, task: Task, config: PromptConfig, title: str) -> str:
+    node = state.target
+    if node is None or node.execution is None:  # State guarantees both for debug and improve
+        raise ValueError(f"a {state.stage} prompt needs a target node that ran")
+    number = state.journal.position(node.id) + 1
+    score = f", test score {_number(node.score)}" if node.valid and config.show_scores else ""  # type: ignore[arg-type]
+    return "\n\n".join([
+        f"# {title} (attempt {number}{score})",
+        "Plan: " + (_one_line(node.plan, config.memory_plan_chars) or "(no plan given)"),
+        _fence(node.code, "python"),
+        "## What running it showed\n\n" + _execution(node.execution, node, config, task),
+    ])
+
+
+def _check(state: State, task: Task, stage: str) -> None:
+    if state.stage != stage:
+        raise ValueError(f"a {stage} prompt needs a {stage} state; got a {state.stage} state")
+    if state.task_id != task.id:
+        raise ValueError(f"the state is of task {state.task_id}, the task is {task.id}")
+
+
+# --- one function per stage ---
+
+
+def draft_messages(state: State, task: Task, config: PromptConfig | None = None) -> Messages:
+    config = config or PromptConfig()
+    _check(state, task, "draft")
+    user = _user(state, task, config, [
+        _memory(state.journal, None, config),
+        _ideas(state),
+        "Write your plan and the complete script now."
+        + (" Take a different approach from the earlier attempts." if len(state.journal) else ""),
+    ])
+    return [{"role": "system", "content": _system("draft", task, config)}, {"role": "user", "content": user}]
+
+
+def debug_messages(state: State, task: Task, config: PromptConfig | None = None) -> Messages:
+    config = config or PromptConfig()
+    _check(state, task, "debug")
+    user = _user(state, task, config, [
+        _memory(state.journal, state.target_node_id, config),
+        _ideas(state),
+        _target(state, task, config, "The script to fix"),
+        "Explain the bug in your plan, then fix it.",
+    ])
+    return [{"role": "system", "content": _system("debug", task, config)}, {"role": "user", "content": user}]
+
+
+def improve_messages(state: State, task: Task, config: PromptConfig | None = None) -> Messages:
+    config = config or PromptConfig()
+    _check(state, task, "improve")
+    user = _user(state, task, config, [
+        _memory(state.journal, state.target_node_id, config),
+        _ideas(state),
+        _target(state, task, config, "The script to improve"),
+        "Describe your one improvement in your plan, then implement it.",
+    ])
+    return [{"role": "system", "content": _system("improve", task, config)}, {"role": "user", "content": user}]
+
+
+_RENDERERS = {"draft": draft_messages, "debug": debug_messages, "improve": improve_messages}
+
+
+def render_prompt(state: State, task: Task, config: PromptConfig | None = None) -> Messages:
+    """The chat messages for `state`: [system, user]."""
+    return _RENDERERS[state.stage](state, task, config)
