@@ -159,6 +159,47 @@ def cmd_grade(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_exec(args: argparse.Namespace) -> int:
+    """Run one script in a task's sandbox; grade its submission here, outside the sandbox."""
+    from rich.panel import Panel
+    from rich.text import Text
+
+    from mleforge.cli.output import console
+    from mleforge.grading.grader import grade
+    from mleforge.sandbox import RunLimits, make_executor
+    from mleforge.tasks.prepare import prepare
+
+    task = _registry(args).get(args.task)
+    script_path = Path(args.script)
+    if not script_path.is_file():
+        raise MleforgeError(f"no script at {script_path}")
+    prepare(task)
+    limits = RunLimits.of(None, task.spec.limits, timeout_s=args.timeout)
+    options = {"isolation": args.isolation} if args.isolation else {}
+    with make_executor(args.executor, **options) as executor:
+        result = executor.run(script_path.read_text(encoding="utf-8"), task, limits, keep=args.keep)
+        # The submission lives in the executor's folder until close(): grade it now.
+        report = grade(task, result.submission_path) if result.submission_path else None
+    if args.json:
+        print_json({"result": result.to_dict(), "grade": report.to_dict() if report else None})
+        return 0 if result.ok else 1
+    fields = ["isolation", "returncode", "signal", "killed_by", "timed_out", "wall_s", "cpu_s",
+              "peak_memory_mb", "stdout_bytes", "stderr_bytes", "submission_path", "workspace"]
+    print_table(f"execution of {script_path} on {task.id} (run {result.run_id})", ["field", "value"],
+                [[name, getattr(result, name)] for name in fields])
+    for warning in result.warnings:
+        err_console.print(Text(f"warning: {warning}", style="bold red"))
+    # Text, not markup: the script's output must not be able to style (or hide) anything.
+    for name in ("stdout", "stderr"):
+        if getattr(result, name):
+            console.print(Panel(Text(getattr(result, name)[-4000:]), title=f"{name} (tail)"))
+    if report is None:
+        console.print("no submission/submission.csv was written: nothing to grade", highlight=False)
+    else:
+        print_table("grade", REPORT_COLUMNS, [_report_row(report)])
+    return 0 if result.ok else 1
+
+
 def cmd_tasks_solve(args: argparse.Namespace) -> int:
     """Prepare tasks, run a reference solution on each, write and grade its submission."""
     from rich.progress import Progress
@@ -196,6 +237,55 @@ def cmd_tasks_solve(args: argparse.Namespace) -> int:
                     [[summary["total_runs"], summary["total_valid_submissions"], summary["total_medals"],
                       summary["total_gold_medals"], summary["total_above_median"],
                       summary["mean_normalized_score"]]])
+    return 0
+
+
+def _open_buffer(path: str):
+    from mleforge.curriculum.buffer import StateBuffer
+
+    return StateBuffer(path, create=False)
+
+
+def cmd_buffer_show(args: argparse.Namespace) -> int:
+    from mleforge.curriculum.summary import buffer_summary
+
+    with _open_buffer(args.run_dir) as buffer:
+        summary = buffer_summary(buffer, top=args.top)
+    if args.json:
+        print_json(summary)
+        return 0
+    print_table(
+        f"state buffer {summary['path']} (sealed through step {summary['sealed_step']})",
+        ["live states", "seeds", "rollouts", "evicted (kept)", "sealed steps"],
+        [[summary["live_states"], summary["seeds"], summary["rollouts"], summary["evicted_kept"],
+          summary["sealed_steps"]]],
+    )
+    print_table("states by task and stage", ["task", "stage", "states", "seeds", "rollouts"],
+                [[r["task_id"], r["stage"], r["states"], r["seeds"], r["rollouts"]]
+                 for r in summary["by_task_stage"]])
+    print_table(f"top {len(summary['top'])} states by learnability potential",
+                ["state (*seed)", "task", "stage", "LP", "p", "U", "H", "n", "s", "mean reward", "best"],
+                [[r["state_id"][:10] + ("*" if r["is_seed"] else ""), r["task_id"], r["stage"], r["LP"], r["p"],
+                  r["U"], r["H"], r["rollouts"], r["successes"], r["mean_reward"], r["best_score"]]
+                 for r in summary["top"]])
+    growth = summary["growth"][-args.steps:] if args.steps else summary["growth"]
+    print_table(f"growth over steps (last {len(growth)})",
+                ["step", "live", "new", "evicted", "rollouts", "mean reward", "success rate", "tied groups"],
+                [[g["step"], g["live_states"], g["new_states"], g["evicted"], g["rollouts"], g["mean_reward"],
+                  g["success_rate"], g["frac_zero_std_groups"]] for g in growth])
+    return 0
+
+
+def cmd_buffer_export(args: argparse.Namespace) -> int:
+    from mleforge.curriculum.export import export_buffer
+
+    with _open_buffer(args.run_dir) as buffer:
+        out = Path(args.out) if args.out else buffer.path.parent / f"buffer_states.{args.format}"
+        n = export_buffer(buffer, out, args.format)
+    if args.json:
+        print_json({"path": str(out), "format": args.format, "states": n})
+    else:
+        err_console.print(f"wrote {n} states to {out}", highlight=False)
     return 0
 
 
@@ -247,6 +337,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task")
     p.add_argument("submission")
     p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("exec", parents=[common], help="run a script in a task's sandbox and grade its submission")
+    p.add_argument("task")
+    p.add_argument("script", help="a Python script: it reads ./input/ and writes ./submission/submission.csv")
+    p.add_argument("--executor", default="local", help="executor backend (default: local)")
+    p.add_argument("--isolation", choices=("auto", "bwrap", "none"), help="local executor isolation (default: auto)")
+    p.add_argument("--timeout", type=float, help="wall-clock limit in seconds (default: the task's)")
+    p.add_argument("--keep", action="store_true", help="keep the workspace (its path is in the result)")
+    p.set_defaults(func=cmd_exec)
+
+    buffer = sub.add_parser("buffer", help="inspect and export a run's state buffer (curriculum)")
+    bsub = buffer.add_subparsers(dest="buffer_command", required=True)
+    p = bsub.add_parser("show", parents=[common], help="sizes, top states by learnability potential, growth")
+    p.add_argument("run_dir", help="a run directory (holding buffer.sqlite) or the .sqlite file")
+    p.add_argument("--top", type=int, default=10, help="how many states to list by LP")
+    p.add_argument("--steps", type=int, default=20, help="last steps of growth in the table (0: all)")
+    p.set_defaults(func=cmd_buffer_show)
+    p = bsub.add_parser("export", parents=[common], help="write the live states as jsonl or parquet (verl)")
+    p.add_argument("run_dir", help="a run directory (holding buffer.sqlite) or the .sqlite file")
+    p.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl")
+    p.add_argument("--out", help="output file (default RUN_DIR/buffer_states.FORMAT)")
+    p.set_defaults(func=cmd_buffer_export)
     return parser
 
 

@@ -1,0 +1,75 @@
+"""Seed states: what the buffer starts from, and never evicts.
+
+Each task's empty-journal draft state, and every state along stored expert
+trajectories (ML-Agent's step-wise RL samples states from the expert's state
+distribution). Seeds join the buffer as of the set-up step before the first
+seal (or the next unsealed step later); after seeding, seal the set-up step
+(`buffer.seal(SETUP_STEP)`) so training step 0 can read its snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from mleforge.agent.records import Journal, State
+from mleforge.curriculum.buffer import StateBuffer
+from mleforge.curriculum.records import TaskReference
+
+
+def journal_states(journal: Journal) -> list[State]:
+    """The state before every node of `journal`: the state whose action produced it.
+
+    A node without a parent was drafted from the journal prefix before it; a
+    node with one was a debug (buggy parent) or improve (valid parent) step on
+    that parent, seen with the same prefix. Nodes whose parent never ran give
+    no state (there was nothing to debug).
+    """
+    out: list[State] = []
+    for i, node in enumerate(journal.nodes):
+        prefix = Journal(journal.task_id, journal.direction, journal.nodes[:i])
+        if node.parent_id is None:
+            out.append(State.draft(journal.task_id, journal=prefix))
+            continue
+        parent = prefix.get(node.parent_id)
+        if parent.execution is None:
+            continue
+        out.append(State.improve(prefix, parent.id) if parent.valid else State.debug(prefix, parent.id))
+    return out
+
+
+def seed_from_journal(buffer: StateBuffer, journal: Journal) -> list[bool]:
+    """Offer the state before every node of an expert journal as a seed; one flag per
+    state, True when it was new."""
+    return buffer.offer(journal_states(journal), seed=True)
+
+
+def seed_task(buffer: StateBuffer, task_id: str, direction: str, ideas: Sequence[str] = ()) -> bool:
+    """Offer a task's empty-journal draft state as a seed; True when it was new."""
+    return buffer.offer([State.draft(task_id, ideas=tuple(ideas), direction=direction)], seed=True)[0]
+
+
+def task_reference(task: Any) -> TaskReference:
+    """A task's headroom references: top = the leaderboard's best score, baseline = the
+    sample submission's score (the grader's normalization anchor), else the
+    leaderboard's worst. Needs the task prepared for the baseline."""
+    from mleforge.grading.grader import sample_submission_score
+
+    scores = task.leaderboard()["score"].astype(float)
+    lower = task.is_lower_better
+    top = float(scores.min() if lower else scores.max())
+    baseline = sample_submission_score(task)
+    if baseline is None:
+        baseline = float(scores.max() if lower else scores.min())
+    return TaskReference(task.id, "lower" if lower else "higher", top, float(baseline))
+
+
+def seed_tasks(buffer: StateBuffer, tasks: Iterable[Any]) -> list[str]:
+    """Register each task's references and offer its draft seed; the seeds' state ids."""
+    ids = []
+    for task in tasks:
+        ref = task_reference(task)
+        buffer.register_task(ref)
+        seed_task(buffer, task.id, ref.direction)
+        ids.append(State.draft(task.id, direction=ref.direction).state_id)
+    return ids

@@ -1,0 +1,259 @@
+"""The StateBuffer: dedup, provenance, statistics, bounds and eviction, steps and snapshots."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+
+import pytest
+
+from mleforge.curriculum.buffer import StateBuffer
+from mleforge.curriculum.config import BufferConfig, LearnabilityConfig
+from mleforge.curriculum.errors import (
+    SchemaVersionError,
+    StateBufferError,
+    StepNotSealed,
+    StepSealed,
+)
+from mleforge.curriculum.records import SETUP_STEP, Offer, TaskReference
+from mleforge.curriculum.seeds import journal_states, seed_from_journal, seed_task
+from tests.curriculum.helpers import child_state, expert_journal, idea_state, rec
+
+# No exploration term: priorities are L * H, easy to order by hand.
+FLAT = LearnabilityConfig(exploration_c=0.0)
+
+
+def make(tmp_path, **kw) -> StateBuffer:
+    return StateBuffer(tmp_path, BufferConfig(**kw), FLAT)
+
+
+def test_layout_pragmas_and_stored_configs(tmp_path):
+    buf = make(tmp_path, last_k=3)
+    assert buf.path == tmp_path / "buffer.sqlite" and buf.path.is_file()
+    conn = sqlite3.connect(buf.path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    buf.close()
+    again = StateBuffer(buf.path)  # the .sqlite path works too; configs come from the file
+    assert again.config.last_k == 3 and again.learnability == FLAT
+
+
+def test_offer_dedupes_and_keeps_provenance(tmp_path):
+    buf = make(tmp_path)
+    seed = idea_state("alpha", 0)
+    assert buf.offer([seed], seed=True) == [True]
+    child = child_state(seed, "x", valid=False)
+    assert buf.offer([Offer(child, parent_state_id=seed.state_id, rollout_id="r1")], step=0) == [True]
+    # the same content from another rollout (other node id, time) is the same state
+    same = child_state(seed, "x", valid=False)
+    same = type(same).after(same.journal, same.target)  # rebuilt: equal content, equal id
+    assert buf.offer([Offer(same, seed.state_id, "r2")], step=0) == [False]
+    rows = {r["state_id"]: r for r in buf.rows()}
+    row = rows[child.state_id]
+    assert (row["parent_state_id"], row["rollout_id"], row["policy_step"], row["offers"]) == (
+        seed.state_id, "r1", 0, 2)
+    assert row["stage"] == "debug" and not row["is_seed"] and row["added_step"] == 0
+    assert rows[seed.state_id]["is_seed"] and rows[seed.state_id]["policy_step"] is None
+    assert rows[seed.state_id]["added_step"] == SETUP_STEP
+    assert buf.get_states([child.state_id, seed.state_id]) == [child, seed]
+    # a live state offered as a seed becomes one
+    buf.offer([child], seed=True)
+    assert {r["state_id"]: r for r in buf.rows()}[child.state_id]["is_seed"]
+
+
+def test_statistics_updates(tmp_path):
+    buf = make(tmp_path, last_k=3)
+    improve = child_state(idea_state("alpha", 0), "v", valid=True, score=0.6)
+    lower = child_state(idea_state("beta", 0, direction="lower"), "v", valid=True, score=0.6)
+    buf.offer([improve, lower], seed=True)
+    buf.record([rec(improve, 0.25), rec(improve, 0.75, score=0.7), rec(improve, 0.5, score=0.55),
+                rec(improve, 1.0, score=0.9), rec(lower, 0.9, score=0.4), rec(lower, 0.1, score=0.8)], step=0)
+    rows = {r["state_id"]: r for r in buf.rows()}
+    r = rows[improve.state_id]
+    assert (r["rollouts"], r["successes"]) == (4, 2)
+    assert r["reward_sum"] == 2.5 and r["reward_sumsq"] == 0.0625 + 0.5625 + 0.25 + 1.0
+    assert r["last_rewards"] == [0.75, 0.5, 1.0]  # last K = 3, oldest first
+    assert r["best_score"] == 0.9 and r["journal_best"] == 0.6 and r["last_sampled_step"] == 0
+    assert rows[lower.state_id]["best_score"] == 0.4  # lower is better
+    buf.record([rec(improve, 0.0)], step=3)
+    assert {r["state_id"]: r for r in buf.rows()}[improve.state_id]["last_sampled_step"] == 3
+
+
+def test_record_is_all_or_nothing(tmp_path):
+    buf = make(tmp_path)
+    s = idea_state("alpha", 0)
+    buf.offer([s], seed=True)
+    with pytest.raises(StateBufferError, match="not in the buffer"):
+        buf.record([rec(s, 1.0), rec("f" * 64, 1.0)], step=0)
+    assert buf.counts()["rollouts"] == 0 and buf.rows()[0]["rollouts"] == 0
+
+
+def test_eviction_lowest_priority_then_oldest_and_seeds_stay(tmp_path):
+    buf = make(tmp_path, max_states_per_task=4)
+    seeds = [idea_state("alpha", i) for i in (100, 101)]
+    buf.offer(seeds, seed=True)
+    buf.seal(SETUP_STEP)
+    a, b, c, d, e = (idea_state("alpha", i) for i in range(5))
+    buf.offer([a, b, c, d, e], step=0)  # inserted in this order: a is the oldest
+    # seeds: hopeless (L = 1/12 * 11/12 = 0.076), lowest of all, yet never evicted
+    buf.record([rec(s, 0.0) for s in seeds for _ in range(10)], step=0)
+    buf.record([rec(a, 1.0) for _ in range(10)], step=0)  # solved: L = 0.076
+    buf.record([rec(b, 1.0) for _ in range(5)] + [rec(b, 0.0) for _ in range(5)], step=0)  # L = 0.25
+    # c, d, e untried: L = 0.25, tied with b
+    buf.seal(0)
+    live = {r["state_id"] for r in buf.rows()}
+    # 7 live, bound 4: evict a (lowest), then the oldest of the tie b, c, d, e: b, then c
+    assert live == {seeds[0].state_id, seeds[1].state_id, d.state_id, e.state_id}
+    evicted = {r["state_id"]: r["evicted_step"] for r in buf.rows(include_evicted=True) if r["evicted_step"] is not None}
+    assert evicted == {a.state_id: 0, b.state_id: 0, c.state_id: 0}
+    assert buf.growth()[-1]["evicted"] == 3
+
+
+def test_total_bound_and_seeds_beyond_the_bound(tmp_path):
+    buf = make(tmp_path, max_states=3)
+    buf.offer([idea_state("alpha", i) for i in range(4)], seed=True)
+    buf.offer([idea_state("beta", i) for i in range(2)], step=SETUP_STEP)
+    buf.seal(SETUP_STEP)
+    rows = buf.rows()
+    assert len(rows) == 4 and all(r["is_seed"] for r in rows)  # seeds alone exceed the bound: kept
+
+
+def test_evicted_states_stay_in_older_snapshots_then_get_deleted(tmp_path):
+    buf = make(tmp_path, max_states_per_task=1)
+    buf.offer([idea_state("alpha", 0)], seed=True)
+    buf.seal(SETUP_STEP)
+    old = idea_state("alpha", 1)
+    buf.apply_feedback(0, [], [Offer(old)])  # 2 live, bound 1: the new one goes at once
+    assert old.state_id not in buf.snapshot(0).state_ids  # added and evicted at 0: never visible
+    # an evicted state stays in the snapshots of the steps before its eviction
+    buf2 = make(tmp_path / "b", max_states_per_task=2, retain_evicted_steps=2)
+    buf2.offer([idea_state("alpha", 0)], seed=True)
+    buf2.seal(SETUP_STEP)
+    first = idea_state("alpha", 1)
+    buf2.apply_feedback(0, [], [Offer(first)])
+    buf2.record([rec(first, 1.0) for _ in range(20)], step=1)  # solved: lowest priority
+    buf2.apply_feedback(1, [], [Offer(idea_state("alpha", 2))])
+    assert first.state_id in buf2.snapshot(0).state_ids
+    assert first.state_id not in buf2.snapshot(1).state_ids
+    for step in (2, 3):
+        buf2.apply_feedback(step, [], [])
+    # deleted once evicted_step <= sealed - retain (1 <= 3 - 2); older snapshots are refused
+    assert first.state_id not in {r["state_id"] for r in buf2.rows(include_evicted=True)}
+    with pytest.raises(StateBufferError, match="is gone"):
+        buf2.snapshot(0)
+    buf2.snapshot(1)
+
+
+def test_snapshot_is_as_of_its_step_whenever_it_is_read(tmp_path):
+    buf = make(tmp_path, last_k=2)
+    s = idea_state("alpha", 0)
+    buf.offer([s], seed=True)
+    buf.seal(SETUP_STEP)
+    buf.apply_feedback(0, [rec(s, 1.0, score=0.7), rec(s, 0.0)], [Offer(idea_state("alpha", 1))])
+    before = buf.snapshot(0)
+    # step 1's feedback lands: the snapshot of step 0 must not change
+    buf.apply_feedback(1, [rec(s, 0.5, score=0.9), rec(s, 0.25, score=0.8)], [Offer(idea_state("alpha", 2))])
+    assert buf.snapshot(0) == before
+    (stats,) = [x for x in before.states if x.state_id == s.state_id]
+    assert (stats.rollouts, stats.successes, stats.last_rewards, stats.best_score) == (2, 1, (1.0, 0.0), 0.7)
+    assert len(before) == 2 and len(buf.snapshot(1)) == 3
+    assert list(before.state_ids) == sorted(before.state_ids)
+    now = {x.state_id: x for x in buf.snapshot(1).states}[s.state_id]
+    assert (now.rollouts, now.last_rewards, now.best_score) == (4, (0.5, 0.25), 0.9)
+
+
+def test_steps_are_sealed_in_order(tmp_path):
+    buf = make(tmp_path)
+    s = idea_state("alpha", 0)
+    buf.offer([s], seed=True)
+    with pytest.raises(StepNotSealed, match=r"buffer.seal\(-1\)"):
+        buf.snapshot(SETUP_STEP)
+    assert buf.seal(SETUP_STEP) and not buf.seal(SETUP_STEP)  # idempotent
+    done = buf.apply_feedback(0, [rec(s, 1.0)], [])
+    assert done.applied and done.rollouts == 1
+    replay = buf.apply_feedback(0, [rec(s, 1.0)], [])  # a resumed run replays step 0: no-op
+    assert not replay.applied and buf.counts()["rollouts"] == 1
+    with pytest.raises(StepSealed):
+        buf.record([rec(s, 1.0)], step=0)
+    with pytest.raises(StepSealed):
+        buf.offer([idea_state("alpha", 9)], step=0)
+    with pytest.raises(StepNotSealed):
+        buf.snapshot(1, wait_s=0.1)
+    # a seed offered mid-run joins at the next unsealed step, not retroactively
+    late = idea_state("beta", 0)
+    buf.offer([late], seed=True)
+    assert late.state_id not in buf.snapshot(0).state_ids
+    buf.seal(1)
+    assert late.state_id in buf.snapshot(1).state_ids
+    assert [g["step"] for g in buf.growth()] == [-1, 0, 1]
+
+
+def test_seed_from_journal(tmp_path):
+    buf = make(tmp_path)
+    journal = expert_journal()
+    states = journal_states(journal)
+    assert [s.stage for s in states] == ["draft", "debug", "improve", "draft"]
+    assert [len(s.journal) for s in states] == [0, 1, 2, 3]
+    assert states[1].target_node_id == "a" and states[2].target_node_id == "b"
+    assert seed_from_journal(buf, journal) == [True] * 4
+    assert seed_task(buf, "alpha", "higher") is False  # the empty-journal draft is already there
+    rows = buf.rows()
+    assert len(rows) == 4 and all(r["is_seed"] for r in rows)
+    best = {r["stage"]: r["best_score"] for r in rows if r["stage"] != "draft"}
+    assert best == {"debug": None, "improve": 0.7}
+
+
+def test_references_and_priorities(tmp_path):
+    buf = make(tmp_path)
+    near_top = child_state(idea_state("alpha", 0), "v", valid=True, score=0.95)
+    buf.register_task(TaskReference("alpha", "higher", top=1.0, baseline=0.5))
+    buf.offer([near_top], seed=True)
+    # L = 0.25 (untried), H = 1 - 0.45 / 0.5 = 0.1: LP 0.025
+    assert buf.rows()[0]["priority"] == pytest.approx(0.025)
+    assert buf.tasks()["alpha"].top == 1.0
+
+
+def test_schema_version_and_bad_files(tmp_path):
+    buf = make(tmp_path)
+    conn = sqlite3.connect(buf.path)
+    conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    buf.close()
+    with pytest.raises(SchemaVersionError, match="schema version 99"):
+        StateBuffer(tmp_path)
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(StateBufferError, match="not a readable state buffer"):
+        StateBuffer(junk)
+    with pytest.raises(StateBufferError, match="no state buffer"):
+        StateBuffer(tmp_path / "missing", create=False)
+
+
+def test_malformed_state_json_is_reported(tmp_path):
+    buf = make(tmp_path)
+    s = idea_state("alpha", 0)
+    buf.offer([s], seed=True)
+    conn = sqlite3.connect(buf.path)
+    data = s.to_dict()
+    data["ideas"] = ["changed"]
+    conn.execute("UPDATE states SET state_json = ?", (json.dumps(data),))
+    conn.commit()
+    conn.close()
+    with pytest.raises(StateBufferError, match="hashing to"):
+        buf.get_states([s.state_id])
+
+
+def test_a_forked_child_uses_its_own_connection(tmp_path):
+    buf = make(tmp_path)
+    buf.offer([idea_state("alpha", 0)], seed=True)
+    pid = os.fork()
+    if pid == 0:  # child: write through the inherited object, then leave without cleanup
+        try:
+            buf.offer([idea_state("alpha", 1)], seed=True)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert buf.counts()["live_states"] == 2
