@@ -10,8 +10,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
-err_console = Console(stderr=True)
+def _console(stderr: bool = False) -> Console:
+    made = Console(stderr=stderr)
+    # Piped output (logs, tests, scripts) gets wide tables instead of wrapped cells.
+    if not made.is_terminal:
+        made.width = max(made.width, 160)
+    return made
+
+
+console = _console()
+err_console = _console(stderr=True)
 
 
 def print_json(data: Any) -> None:
