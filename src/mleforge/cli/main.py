@@ -97,7 +97,11 @@ def cmd_tasks_prepare(args: argparse.Namespace) -> int:
 def cmd_tasks_leaderboard(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from mleforge.reference.leaderboard import build_leaderboard, check_leaderboard, write_leaderboard
+    from mleforge.reference.leaderboard import (
+        build_leaderboard,
+        check_leaderboard,
+        write_leaderboard,
+    )
     from mleforge.tasks.prepare import prepare
 
     tasks = _selected(args, _registry(args))

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+
 def _console(stderr: bool = False) -> Console:
     made = Console(stderr=stderr)
     # Piped output (logs, tests, scripts) gets wide tables instead of wrapped cells.
