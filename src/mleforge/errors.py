@@ -61,3 +61,11 @@ class InvalidSubmission(MleforgeError):
 
 class GraderError(MleforgeError):
     """A grade function failed on a submission for a reason that is not the submission's."""
+
+
+class SandboxError(MleforgeError):
+    """The sandbox itself failed (could not start, set up or clean up), not the script it runs.
+
+    A script's own failures (a crash, a timeout, a memory limit) are reported in its
+    ExecutionResult; this error means no trustworthy result exists.
+    """

@@ -1,0 +1,148 @@
+"""The bubblewrap command line of one run.
+
+Inside the sandbox the script sees:
+
+    /usr /bin /lib* /sbin     the system, read-only
+    /etc/<a few files>        name service, TLS roots, ld.so, time zone (read-only; no secrets)
+    /etc/passwd, /etc/group   made for the run (the sandbox user's home is /workspace/working)
+    <python prefixes>         the interpreter and its environment, read-only, at their own paths
+    /proc                     a new procfs: only the sandbox's own processes
+    /dev                      null, zero, random, urandom, tty...; /dev/shm a small private tmpfs
+    /workspace                the workspace, writable (cwd)
+    /workspace/input          the task's public data, read-only
+    /tmp                      the workspace's tmp/ (private, counted against disk_mb)
+
+and nothing else: not the data root, not the private answers, not the user's
+home, not the project checkout (a virtual environment inside it is bound alone).
+Namespaces: new pid, network (loopback only, no route out), ipc, uts and cgroup
+ones; the root of the tree is read-only.
+
+Two ways to run it, picked by who we are:
+
+- as root: bwrap needs no user namespace (which would map the sandbox user to
+  root, and the kernel exempts root from RLIMIT_NPROC). The sandbox keeps only
+  CAP_SETUID/CAP_SETGID, which the supervisor uses to drop to a uid of its own
+  for the run, losing every capability; one uid per run keeps the process
+  limit of one run from starving the others.
+- as anyone else: a user namespace maps the sandbox user (65534) onto us; a
+  fresh namespace per run counts processes per run; nested user namespaces
+  are disabled.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+SANDBOX_WORKSPACE = "/workspace"
+SANDBOX_UID = 65534  # the sandbox user in a user namespace (non-root callers)
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# What of /etc programs need, and nothing that may hold secrets (shadow, ssh keys,
+# pip.conf or .netrc-like tokens...).
+ETC_ENTRIES = (
+    "hosts", "host.conf", "nsswitch.conf", "gai.conf", "protocols", "services",
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone",
+    "ssl", "ca-certificates", "ca-certificates.conf", "alternatives",
+    "mime.types", "os-release", "debian_version", "fonts", "locale.alias",
+    "magic", "magic.mime", "matplotlibrc",
+)
+
+
+def find_bwrap() -> str | None:
+    """`MLEFORGE_BWRAP` (a path, or `0` to never use bwrap), else `bwrap` on PATH."""
+    override = os.environ.get("MLEFORGE_BWRAP")
+    if override is not None:
+        return None if override in ("", "0", "none") else override
+    return shutil.which("bwrap")
+
+
+@functools.lru_cache(maxsize=4)
+def bwrap_version(path: str) -> tuple[int, ...]:
+    """(0, 8, 0) for bubblewrap 0.8.0; (0,) when it cannot tell. Options newer than
+    the installed bwrap are left out rather than failing the probe, which would
+    lose isolation for a hardening extra."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return (0,)
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out)
+    return tuple(int(g) for g in match.groups() if g is not None) if match else (0,)
+
+
+@dataclass(frozen=True)
+class BwrapPlan:
+    """Everything that varies between runs' command lines."""
+
+    bwrap: str
+    as_root: bool  # see the module docstring
+    workspace: Path  # host path of the run's workspace
+    public_dir: Path | None  # bound read-only at /workspace/input
+    passwd: Path
+    group: Path
+    ro_binds: tuple[str, ...]  # interpreter prefixes and extra paths, bound at their own paths
+    shm_mb: int
+    version: tuple[int, ...] = (0, 8)  # of bwrap: --disable-userns needs 0.8, --size 0.7
+
+
+def _parents(path: str) -> list[str]:
+    parts = Path(path).parts[1:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def bwrap_args(plan: BwrapPlan) -> list[str]:
+    """The argument list up to (not including) `--` and the command."""
+    args = [
+        plan.bwrap,
+        "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+        "--die-with-parent", "--new-session", "--hostname", "sandbox",
+    ]
+    if plan.as_root:
+        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+        if plan.version >= (0, 8):
+            args.append("--disable-userns")
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for name in ETC_ENTRIES:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    args += ["--ro-bind", str(plan.passwd), "/etc/passwd", "--ro-bind", str(plan.group), "/etc/group"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if plan.version >= (0, 7):
+        args += ["--perms", "1777", "--size", str(plan.shm_mb << 20), "--tmpfs", "/dev/shm"]
+    else:  # no size for a tmpfs: the workspace's tmp/ instead, counted against disk_mb
+        args += ["--bind", str(plan.workspace / "tmp"), "/dev/shm"]
+    made: set[str] = set()
+    for root in plan.ro_binds:
+        # bwrap would create missing parents with the host's modes (/root is 0700):
+        # make them traversable, or the dropped uid could not reach the interpreter.
+        for parent in _parents(root):
+            if parent not in made and not any(parent == d or parent.startswith(d + "/") for d in SYSTEM_DIRS):
+                args += ["--perms", "0755", "--dir", parent]
+                made.add(parent)
+        args += ["--ro-bind", root, root]
+    args += ["--bind", str(plan.workspace), SANDBOX_WORKSPACE]
+    if plan.public_dir is not None:
+        args += ["--ro-bind", str(plan.public_dir), f"{SANDBOX_WORKSPACE}/input"]
+    args += ["--bind", str(plan.workspace / "tmp"), "/tmp"]
+    args += ["--chdir", SANDBOX_WORKSPACE, "--remount-ro", "/"]
+    return args
+
+
+def passwd_text(uid: int, gid: int) -> tuple[str, str]:
+    """/etc/passwd and /etc/group for the sandbox: getpwuid() works, nothing real leaks."""
+    home = f"{SANDBOX_WORKSPACE}/working"
+    passwd = ["root:x:0:0:root:/root:/usr/sbin/nologin", f"sandbox:x:{uid}:{gid}:sandbox:{home}:/bin/sh"]
+    group = ["root:x:0:", f"sandbox:x:{gid}:"]
+    if uid != 65534:
+        passwd.append("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin")
+        group.append("nogroup:x:65534:")
+    return "\n".join(passwd) + "\n", "\n".join(group) + "\n"

@@ -1,0 +1,94 @@
+"""What one execution may use: the task's `Limits` plus the sandbox's own knobs."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from mleforge.errors import ConfigError
+from mleforge.tasks.spec import Limits
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """Resources of one run. The first three come from the task (`task.yaml` `limits`).
+
+    memory_mb is enforced as RLIMIT_DATA (heap and private mappings: what a script
+    really allocates); address space (RLIMIT_AS) gets generous headroom because
+    thread stacks, BLAS arenas and allocator reservations count there without
+    being used.
+    """
+
+    timeout_s: float = 600.0
+    memory_mb: int = 4096
+    cpus: int = 2
+    cpu_s: float | None = None  # RLIMIT_CPU per process; None: timeout_s * cpus + 5
+    address_space_mb: int | None = None  # RLIMIT_AS; None: 2 * memory_mb + 4096; 0: unlimited
+    disk_mb: int = 8192  # everything written in the workspace (including /tmp), polled
+    max_files: int = 100_000  # files and folders in the workspace, polled with disk_mb
+    file_size_mb: int | None = None  # RLIMIT_FSIZE; None: disk_mb
+    nofile: int = 1024  # RLIMIT_NOFILE
+    nproc: int = 512  # processes and threads in the sandbox (RLIMIT_NPROC)
+    output_head_bytes: int = 32 * 1024  # kept from the start of each stream
+    output_tail_bytes: int = 32 * 1024  # kept from the end of each stream
+    output_limit_bytes: int = 64 * MIB  # per stream; a run that writes more is killed
+    kill_grace_s: float = 2.0  # the parent's backstop after the in-sandbox timeout
+
+    def __post_init__(self) -> None:
+        positive = {
+            "timeout_s": self.timeout_s, "memory_mb": self.memory_mb, "cpus": self.cpus,
+            "disk_mb": self.disk_mb, "max_files": self.max_files, "nofile": self.nofile, "nproc": self.nproc,
+            "output_limit_bytes": self.output_limit_bytes,
+        }
+        for name, value in positive.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"RunLimits.{name} must be a positive number; got {value!r}")
+        for name in ("cpu_s", "file_size_mb"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"RunLimits.{name} must be positive or None (derived); got {value!r}")
+        if self.address_space_mb is not None and self.address_space_mb < 0:
+            raise ConfigError(f"RunLimits.address_space_mb must be >= 0 (0: unlimited); got {self.address_space_mb}")
+        for name in ("output_head_bytes", "output_tail_bytes", "kill_grace_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"RunLimits.{name} must be >= 0; got {getattr(self, name)!r}")
+        if self.nofile < 16:
+            raise ConfigError(f"RunLimits.nofile={self.nofile} is too small for Python to start; use >= 16")
+
+    @classmethod
+    def of(cls, limits: RunLimits | Limits | None, default: Limits | None = None, **overrides: Any) -> RunLimits:
+        """RunLimits from a RunLimits, a task's Limits, or None (then `default`), with overrides."""
+        if limits is None:
+            limits = default or Limits()
+        if isinstance(limits, Limits):
+            limits = cls(timeout_s=float(limits.timeout_s), memory_mb=limits.memory_mb, cpus=limits.cpus)
+        if not isinstance(limits, RunLimits):
+            raise ConfigError(f"limits must be RunLimits, Limits or None; got {type(limits).__name__}")
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        return dataclasses.replace(limits, **overrides) if overrides else limits
+
+    @property
+    def effective_cpu_s(self) -> int:
+        return int(self.cpu_s if self.cpu_s is not None else self.timeout_s * self.cpus + 5)
+
+    @property
+    def effective_address_space_mb(self) -> int:
+        """0 means unlimited."""
+        if self.address_space_mb is not None:
+            return self.address_space_mb
+        return 2 * self.memory_mb + 4096
+
+    @property
+    def effective_file_size_mb(self) -> int:
+        return self.file_size_mb if self.file_size_mb is not None else self.disk_mb
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunLimits:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})

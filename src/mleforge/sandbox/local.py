@@ -1,0 +1,503 @@
+"""The local executor: every run a fresh process tree on this machine, inside bwrap where it works.
+
+One run:
+
+    parent (this process)                      sandbox
+    create workspace ── Popen(start_new_session) ─> [bwrap ─>] supervisor ─fork─> script
+    watch: stdout/stderr head+tail, status pipe,          sets rlimits, drops uid,
+           deadline + grace, disk, cancel                 timeout, wait4, kills leftovers
+    take submission/submission.csv out, remove workspace, build the ExecutionResult
+
+Without bwrap ("unisolated") the same supervisor runs directly: rlimits, the
+timeout, the process group and a subreaper still hold, and leftovers are swept
+by the run id they carry in their command line or environment. But the script
+runs as this user, sees the whole file system (the private answers included),
+can reach the network, and can signal any of this user's processes. Every
+result of such a run says so in `warnings`, and the log says it once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mleforge.errors import ConfigError, SandboxError
+from mleforge.sandbox import bwrap as bw
+from mleforge.sandbox.env import sandbox_env
+from mleforge.sandbox.executor import default_workers, gather_runs, map_runs
+from mleforge.sandbox.interpreter import exposes, python_roots, supervisor_command
+from mleforge.sandbox.limits import MIB, RunLimits
+from mleforge.sandbox.process import Watched, kill_group, sweep, watch
+from mleforge.sandbox.result import ExecutionResult, killed_by_of
+from mleforge.sandbox.workspace import (
+    Session,
+    Workspace,
+    create_workspace,
+    disk_usage,
+    hand_back,
+    remove_tree,
+    take_submission,
+)
+from mleforge.tasks.prepare import require_prepared
+from mleforge.tasks.spec import Limits
+from mleforge.tasks.task import Task
+
+log = logging.getLogger("mleforge.sandbox")
+
+ISOLATION_CHOICES = ("auto", "bwrap", "none")
+# Each run as root gets a uid of its own, far above real accounts.
+RUN_UID_BASE = 1 << 24
+RUN_UID_SPAN = 1 << 22
+UNISOLATED = (
+    "UNISOLATED: {why}. The script runs as this user without a sandbox: it can read any file this "
+    "user can (the private answers included), reach the network and signal this user's processes. "
+    "Install bubblewrap (apt-get install bubblewrap) to isolate runs."
+)
+ROOT_NO_NPROC = (
+    "running as root without bwrap: the kernel exempts root from RLIMIT_NPROC, so the number of "
+    "processes is bounded by the timeout alone, and the script can raise its own rlimits"
+)
+_warned: set[str] = set()
+_probed: dict[tuple, str | None] = {}
+_probe_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Isolation:
+    kind: str  # "bwrap" | "none"
+    bwrap: str | None
+    as_root: bool
+    warnings: tuple[str, ...] = ()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning(message)
+
+
+class LocalExecutor:
+    """Runs scripts as local processes. `isolation`: `auto` (bwrap when it works,
+    else unisolated with a warning), `bwrap` (fail when it does not work) or `none`.
+
+    Thread-safe: `run` may be called from many threads at once; `run_batch` and
+    `run_many` do that with a bounded number of workers.
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        isolation: str = "auto",
+        *,
+        python: str | None = None,
+        base_dir: str | Path | None = None,
+        max_workers: int | None = None,
+        extra_ro_binds: Sequence[str | Path] = (),
+    ):
+        if isolation not in ISOLATION_CHOICES:
+            raise ConfigError(f"isolation must be one of {', '.join(ISOLATION_CHOICES)}; got {isolation!r}")
+        self.requested = isolation
+        self.python = python or sys.executable
+        self.base_dir = Path(base_dir) if base_dir else None
+        self.max_workers = max_workers
+        self.extra_ro_binds = tuple(os.path.realpath(p) for p in extra_ro_binds)
+        self._session: Session | None = None
+        self._isolation: Isolation | None = None
+        self._lock = threading.Lock()  # guards _isolation
+        self._session_lock = threading.Lock()  # guards _session (the probe needs it under _lock)
+
+    # -- the Executor protocol ------------------------------------------------------
+
+    def run(
+        self,
+        script: str,
+        task: Task,
+        limits: RunLimits | Limits | None = None,
+        *,
+        keep: bool = False,
+        cancel: threading.Event | None = None,
+    ) -> ExecutionResult:
+        require_prepared(task)
+        limits = RunLimits.of(limits, task.spec.limits)
+        isolation = self.resolve_isolation()
+        if isolation.kind == "bwrap":
+            if isolation.as_root:
+                _require_world_readable(task.public_dir)
+            for path in (task.private_dir, task.answers_path):
+                root = exposes(self._ro_binds(), path)
+                if root:
+                    raise SandboxError(
+                        f"{path} lies inside {root}, which the sandbox binds read-only for the interpreter; "
+                        "move the data root (MLEFORGE_DATA) out of it"
+                    )
+        return self._execute(script, task.id, task.public_dir, limits, isolation, keep, cancel)
+
+    async def run_batch(
+        self,
+        scripts: Sequence[str],
+        task: Task,
+        limits: RunLimits | Limits | None = None,
+        *,
+        max_workers: int | None = None,
+        keep: bool = False,
+    ) -> list[ExecutionResult]:
+        """All scripts (a GRPO group), at most `max_workers` at a time; results in order."""
+        workers = max_workers or self.max_workers or default_workers(RunLimits.of(limits, task.spec.limits))
+        return await gather_runs(self.run, scripts, task, limits, workers, keep)
+
+    def run_many(
+        self,
+        scripts: Sequence[str],
+        task: Task,
+        limits: RunLimits | Limits | None = None,
+        *,
+        max_workers: int | None = None,
+        keep: bool = False,
+    ) -> list[ExecutionResult]:
+        """`run_batch` for callers without an event loop (or inside one)."""
+        workers = max_workers or self.max_workers or default_workers(RunLimits.of(limits, task.spec.limits))
+        return map_runs(self.run, scripts, task, limits, workers, keep)
+
+    def discard(self, result: ExecutionResult) -> None:
+        """Delete a run's submission once graded (else it stays until close())."""
+        if result.submission_path and self._session is not None and result.workspace is None:
+            path = Path(result.submission_path)
+            if path.parent.parent == self._session.path / "submissions":
+                remove_tree(path.parent)
+
+    def close(self) -> None:
+        with self._session_lock:
+            if self._session is not None:
+                self._session.close()
+                self._session = None
+
+    def __enter__(self) -> LocalExecutor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- isolation ----------------------------------------------------------------
+
+    def resolve_isolation(self) -> Isolation:
+        """Decide once (probing bwrap with a real run) and remember."""
+        with self._lock:
+            if self._isolation is None:
+                self._isolation = self._choose_isolation()
+            return self._isolation
+
+    @property
+    def isolation(self) -> str:
+        return self.resolve_isolation().kind
+
+    @property
+    def workspaces_dir(self) -> Path:
+        """This executor's session folder: one sub-folder per run in progress."""
+        return self._get_session().path
+
+    def _choose_isolation(self) -> Isolation:
+        as_root = os.geteuid() == 0
+        if self.requested == "none":
+            return self._unisolated("isolation 'none' was asked for", as_root)
+        path = bw.find_bwrap()
+        if path is None:
+            turned_off = bool(os.environ.get("MLEFORGE_BWRAP"))
+            why = "bwrap is turned off by MLEFORGE_BWRAP" if turned_off else "bwrap is not installed"
+        else:
+            candidate = Isolation("bwrap", path, as_root)
+            why = self._probe(candidate)
+            if why is None:
+                return candidate
+        if self.requested == "bwrap":
+            raise SandboxError(f"bwrap isolation was asked for, but {why}")
+        return self._unisolated(why, as_root)
+
+    @staticmethod
+    def _unisolated(why: str, as_root: bool) -> Isolation:
+        warnings = [UNISOLATED.format(why=why)] + ([ROOT_NO_NPROC] if as_root else [])
+        for message in warnings:
+            _warn_once(message)
+        return Isolation("none", None, as_root, tuple(warnings))
+
+    def _probe(self, candidate: Isolation) -> str | None:
+        """None if a trivial script runs under `candidate`, else what went wrong."""
+        key = (candidate, self.python, self.extra_ro_binds)
+        with _probe_lock:
+            if key in _probed:
+                return _probed[key]
+            limits = RunLimits(timeout_s=30, memory_mb=512, cpus=1)
+            try:
+                result = self._execute("print('sandbox-ok')", "probe", None, limits, candidate, False, None)
+                why = None if result.ok and "sandbox-ok" in result.stdout else (
+                    f"bwrap does not work here (exit {result.returncode}, signal {result.signal}): "
+                    f"{result.stderr.strip()[-500:]}"
+                )
+            except SandboxError as exc:
+                why = f"bwrap does not work here: {exc}"
+            _probed[key] = why
+            return why
+
+    def _ro_binds(self) -> tuple[str, ...]:
+        return (*python_roots(self.python), *self.extra_ro_binds)
+
+    # -- one run ------------------------------------------------------------------
+
+    def _get_session(self) -> Session:
+        with self._session_lock:
+            if self._session is None:
+                self._session = Session(self.base_dir)
+            return self._session
+
+    def _execute(
+        self,
+        script: str,
+        task_id: str,
+        public_dir: Path | None,
+        limits: RunLimits,
+        isolation: Isolation,
+        keep: bool,
+        cancel: threading.Event | None,
+    ) -> ExecutionResult:
+        session = self._get_session()
+        run_id = secrets.token_hex(8)
+        sandboxed = isolation.kind == "bwrap"
+        uid = RUN_UID_BASE + secrets.randbelow(RUN_UID_SPAN) if sandboxed and isolation.as_root else None
+        ws = create_workspace(
+            session, run_id, script, public_dir, copy_input=not sandboxed,
+            owner=(uid, uid) if uid is not None else None, keep=keep,
+        )
+        try:
+            status_r, status_w = os.pipe()
+            try:
+                command, env, cwd = self._command(ws, run_id, public_dir, limits, isolation, uid, status_w)
+            except BaseException:
+                os.close(status_r)
+                os.close(status_w)
+                raise
+            # From here on _spawn_and_watch owns (and closes) both ends.
+            watched, fallback_cpu = self._spawn_and_watch(
+                command, env, cwd, (status_r, status_w), ws, run_id, limits, isolation, cancel
+            )
+            submission, refused = take_submission(ws, session.path / "submissions")
+        finally:
+            if keep:
+                if uid is not None:
+                    hand_back(ws)
+            else:
+                remove_tree(ws.run_dir)
+        return self._result(
+            run_id, task_id, script, limits, isolation, watched, submission, refused,
+            fallback_cpu, ws if keep else None,
+        )
+
+    def _command(
+        self,
+        ws: Workspace,
+        run_id: str,
+        public_dir: Path | None,
+        limits: RunLimits,
+        isolation: Isolation,
+        uid: int | None,
+        status_fd: int,
+    ) -> tuple[list[str], dict[str, str], str]:
+        sandboxed = isolation.kind == "bwrap"
+        inside = bw.SANDBOX_WORKSPACE if sandboxed else str(ws.path)
+        config = {
+            "script": f"{inside}/script.py",
+            "status_fd": status_fd,
+            "timeout_s": limits.timeout_s,
+            "rlimits": _rlimits(limits),
+            # Root is exempt from RLIMIT_NPROC; without a sandbox, as another user, the
+            # limit counts all of the user's processes, so it is set relative to them.
+            "nproc": None if (isolation.as_root and not sandboxed) else limits.nproc,
+            "nproc_relative": not sandboxed,
+            "drop_to": [uid, uid] if uid is not None else None,
+            "subreaper": not sandboxed,  # inside bwrap the pid namespace does this job
+            "pdeathsig": not sandboxed,  # inside bwrap --die-with-parent does
+        }
+        env = sandbox_env(
+            workspace=inside, tmpdir="/tmp" if sandboxed else str(ws.path / "tmp"),
+            python_bin=os.path.dirname(self.python), cpus=limits.cpus, run_id=run_id,
+        )
+        if not sandboxed:
+            return supervisor_command(self.python, run_id, config), env, str(ws.path)
+        passwd, group = bw.passwd_text(uid if uid is not None else bw.SANDBOX_UID,
+                                       uid if uid is not None else bw.SANDBOX_UID)
+        (ws.run_dir / "passwd").write_text(passwd)
+        (ws.run_dir / "group").write_text(group)
+        binary = isolation.bwrap or "bwrap"
+        plan = bw.BwrapPlan(
+            bwrap=binary, as_root=isolation.as_root, workspace=ws.path,
+            public_dir=public_dir, passwd=ws.run_dir / "passwd", group=ws.run_dir / "group",
+            ro_binds=self._ro_binds(), shm_mb=max(64, limits.memory_mb // 2),
+            version=bw.bwrap_version(binary),
+        )
+        command = [*bw.bwrap_args(plan), "--", *supervisor_command(self.python, run_id, config)]
+        return command, env, str(ws.run_dir)
+
+    def _spawn_and_watch(
+        self,
+        command: list[str],
+        env: dict[str, str],
+        cwd: str,
+        status_pipe: tuple[int, int],
+        ws: Workspace,
+        run_id: str,
+        limits: RunLimits,
+        isolation: Isolation,
+        cancel: threading.Event | None,
+    ) -> tuple[Watched, float]:
+        status_r, status_w = status_pipe
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, pass_fds=(status_w,), start_new_session=True,
+            )
+        except OSError as exc:
+            os.close(status_r)
+            raise SandboxError(f"cannot start {command[0]}: {exc}") from exc
+        finally:
+            os.close(status_w)  # the child has its copy; EOF then means the run is gone
+
+        def kill(thorough: bool) -> None:
+            kill_group(proc.pid)  # bwrap: takes its pid namespace with it
+            if thorough and isolation.kind == "none":
+                # The run id is in the command line of every fork and in the environment
+                # ($MLEFORGE_RUN_ID) of everything started since.
+                sweep(run_id.encode())
+
+        def over_disk() -> bool:
+            used, entries = disk_usage(ws, limits.max_files + 1)
+            return used > limits.disk_mb * MIB or entries > limits.max_files
+
+        try:
+            watched = watch(proc, status_r, limits, started, over_disk=over_disk, kill=kill, cancel=cancel)
+        except BaseException:  # our bug or a KeyboardInterrupt: the run must not outlive it
+            kill(True)
+            proc.wait()
+            raise
+        finally:
+            os.close(status_r)
+            proc.stdout.close()
+            proc.stderr.close()
+        cpu = 0.0
+        if not watched.stuck:
+            # wait4, not Popen.wait: its CPU time is the fallback when the supervisor
+            # could not report (the script killed it). Not its maxrss: a forked child's
+            # counts the RSS our process had before the exec.
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            watched.exit_code = proc.returncode
+            cpu = usage.ru_utime + usage.ru_stime
+        return watched, cpu
+
+    def _result(
+        self,
+        run_id: str,
+        task_id: str,
+        script: str,
+        limits: RunLimits,
+        isolation: Isolation,
+        watched: Watched,
+        submission: Path | None,
+        refused: str | None,
+        fallback_cpu: float,
+        kept: Workspace | None,
+    ) -> ExecutionResult:
+        stderr = watched.stderr.text()
+        exit_event = watched.last("exit")
+        warnings = list(isolation.warnings)
+        if refused:
+            warnings.append(refused)
+        if watched.stuck:
+            warnings.append("a process of the run survived SIGKILL for 10 s (uninterruptible I/O?)")
+        if exit_event is not None:
+            returncode, signal_number = exit_event.get("returncode"), exit_event.get("signal")
+            timed_out = bool(exit_event.get("timed_out"))
+            cpu_s, rss_kb = float(exit_event.get("cpu_s", 0.0)), int(exit_event.get("maxrss_kb", 0))
+        else:
+            # The supervisor did not report: killed by us (backstop) or by the script.
+            if watched.last("started") is None and watched.reason is None:
+                raise SandboxError(
+                    f"the sandbox did not start (exit status {watched.exit_code}): {stderr.strip()[-2000:]}"
+                )
+            returncode, timed_out = None, False
+            signal_number = _outer_signal(watched.exit_code, isolation.kind)
+            if signal_number is None and watched.reason is None:
+                raise SandboxError(
+                    f"the sandbox's supervisor failed (exit status {watched.exit_code}): {stderr.strip()[-2000:]}"
+                )
+            cpu_s, rss_kb = fallback_cpu, 0
+            warnings.append("the supervisor did not report (killed): CPU time is partial, peak memory unknown (0)")
+        killed_by = killed_by_of(
+            parent_reason=watched.reason, timed_out=timed_out, returncode=returncode,
+            signal_number=signal_number, cpu_s=cpu_s, cpu_limit_s=limits.effective_cpu_s,
+            stderr_tail=stderr[-4096:],
+        )
+        return ExecutionResult(
+            run_id=run_id, task_id=task_id, returncode=returncode, signal=signal_number,
+            timed_out=timed_out or watched.reason == "timeout", killed_by=killed_by,
+            wall_s=round(watched.wall_s, 4), cpu_s=round(cpu_s, 4), peak_memory_mb=round(rss_kb / 1024, 2),
+            stdout=watched.stdout.text(), stderr=stderr, stdout_bytes=watched.stdout.total,
+            stderr_bytes=watched.stderr.total, submission_path=str(submission) if submission else None,
+            isolation=isolation.kind, warnings=tuple(warnings),
+            workspace=str(kept.path) if kept else None,
+            script_sha256=hashlib.sha256(script.encode("utf-8")).hexdigest(), limits=limits.to_dict(),
+        )
+
+
+_readable_checked: set[tuple[str, int]] = set()
+
+
+def _require_world_readable(folder: Path) -> None:
+    """As root the sandbox runs as a uid of its own: the public data must be readable
+    by others (it is, under the usual umask 022). Checked once per folder version."""
+    key = (str(folder), folder.stat().st_mtime_ns)
+    if key in _readable_checked:
+        return
+    for path in [folder, *folder.rglob("*")]:
+        mode = path.stat().st_mode
+        needed = 0o005 if path.is_dir() else 0o004
+        if mode & needed != needed:
+            raise SandboxError(
+                f"{path} is not readable by other users, so the sandbox's uid cannot read it; "
+                f"run: chmod -R a+rX {folder}"
+            )
+    _readable_checked.add(key)
+
+
+def _outer_signal(exit_code: int | None, kind: str) -> int | None:
+    """The signal that ended the supervisor, from the spawned process's status."""
+    if exit_code is None:
+        return None
+    if exit_code < 0:
+        return -exit_code
+    if kind == "bwrap" and 128 < exit_code < 128 + 65:  # bwrap reports a signal as 128 + n
+        return exit_code - 128
+    return None
+
+
+def _rlimits(limits: RunLimits) -> list[list]:
+    """[name, soft, hard] (-1: unlimited). Soft = hard, so the script cannot raise them,
+    except CPU: its hard limit a second later lets SIGXCPU say why the run ended."""
+    address_space = limits.effective_address_space_mb * MIB if limits.effective_address_space_mb else -1
+    cpu = limits.effective_cpu_s
+    return [
+        ["RLIMIT_DATA", limits.memory_mb * MIB, limits.memory_mb * MIB],
+        ["RLIMIT_AS", address_space, address_space],
+        ["RLIMIT_CPU", cpu, cpu + 1],
+        ["RLIMIT_FSIZE", limits.effective_file_size_mb * MIB, limits.effective_file_size_mb * MIB],
+        ["RLIMIT_NOFILE", limits.nofile, limits.nofile],
+        ["RLIMIT_CORE", 0, 0],
+    ]

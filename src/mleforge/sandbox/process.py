@@ -1,0 +1,210 @@
+"""Watching one sandboxed process from the parent: its output, its deadline, its disk."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mleforge.sandbox.limits import RunLimits
+from mleforge.sandbox.output import CappedCapture
+
+CHUNK = 1 << 16
+DISK_CHECK_S = 0.5
+CANCEL_POLL_S = 0.1
+POLL_S = 0.05  # only without pidfd (kernels before 5.3)
+DRAIN_S = 1.0  # reading what is left in the pipes after the process ended
+STUCK_S = 10.0  # after a SIGKILL; only an uninterruptible process outlives this
+STATUS_KEEP = 1 << 16
+
+
+@dataclass
+class Watched:
+    stdout: CappedCapture
+    stderr: CappedCapture
+    events: list[dict]  # the supervisor's status lines, in order
+    reason: str | None  # why the parent killed the run: timeout, output, disk, cancelled
+    exit_code: int | None  # of the spawned process (bwrap or the supervisor), as Popen reports it
+    wall_s: float
+    stuck: bool = False  # something survived SIGKILL for STUCK_S
+
+    def last(self, event: str) -> dict | None:
+        found = [e for e in self.events if e.get("event") == event]
+        return found[-1] if found else None
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _exited(pid: int) -> bool:
+    """Has it exited? Without reaping it: until we do, its pid (and process group id)
+    cannot be reused, so killing the group stays safe."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _parse_events(raw: bytes) -> list[dict]:
+    events = []
+    for line in raw.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+def watch(
+    proc: subprocess.Popen,
+    status_fd: int,
+    limits: RunLimits,
+    started: float,
+    *,
+    over_disk: Callable[[], bool],
+    kill: Callable[[bool], None],
+    cancel: threading.Event | None = None,
+) -> Watched:
+    """Read everything until the process is gone; kill it on a limit. `kill(thorough)`
+    must end every process of the run (`thorough`: the supervisor may not have)."""
+    out = CappedCapture(limits.output_head_bytes, limits.output_tail_bytes)
+    err = CappedCapture(limits.output_head_bytes, limits.output_tail_bytes)
+    status = CappedCapture(0, STATUS_KEEP)
+    captures = {proc.stdout.fileno(): out, proc.stderr.fileno(): err, status_fd: status}
+    selector = selectors.DefaultSelector()
+    for fd in captures:
+        selector.register(fd, selectors.EVENT_READ)
+    pidfd = _pidfd(proc.pid)
+    if pidfd is not None:
+        selector.register(pidfd, selectors.EVENT_READ)
+    # The supervisor enforces timeout_s itself; this is the backstop if it cannot.
+    deadline = started + limits.timeout_s + limits.kill_grace_s
+    next_disk = time.monotonic() + DISK_CHECK_S
+    reason: str | None = None
+    killed_at: float | None = None
+    ended: float | None = None
+    drain_until = 0.0
+    stuck = False
+
+    def stop(why: str) -> None:
+        nonlocal reason, killed_at
+        if reason is None:
+            reason = why
+            killed_at = time.monotonic()
+            kill(True)
+
+    try:
+        while True:
+            now = time.monotonic()
+            if ended is not None and (len(captures) == 0 or now >= drain_until):
+                break
+            if ended is None and killed_at is not None and now - killed_at > STUCK_S:
+                stuck = True
+                break
+            waits = [deadline - now, next_disk - now]
+            if ended is not None:
+                waits.append(drain_until - now)
+            if cancel is not None:
+                waits.append(CANCEL_POLL_S)
+            if pidfd is None:
+                waits.append(POLL_S)
+            if killed_at is not None:
+                waits.append(killed_at + STUCK_S - now)
+            for key, _ in selector.select(max(0.0, min(waits))):
+                if key.fd == pidfd:  # the exit itself is seen by poll() below
+                    selector.unregister(pidfd)
+                    continue
+                try:
+                    chunk = os.read(key.fd, CHUNK)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    selector.unregister(key.fd)
+                    del captures[key.fd]
+                    continue
+                capture = captures[key.fd]
+                capture.feed(chunk)
+                if capture is not status and capture.total > limits.output_limit_bytes:
+                    stop("output")
+            if ended is None and _exited(proc.pid):
+                ended = time.monotonic()
+                drain_until = ended + DRAIN_S
+                # Whatever the script left running must not hold our pipes open.
+                kill(b'"event": "exit"' not in bytes(status.tail))
+                continue
+            now = time.monotonic()
+            if ended is None and reason is None:
+                if now >= deadline:
+                    stop("timeout")
+                elif cancel is not None and cancel.is_set():
+                    stop("cancelled")
+                elif now >= next_disk:
+                    if over_disk():
+                        stop("disk")
+                    next_disk = now + DISK_CHECK_S
+    finally:
+        selector.close()
+        if pidfd is not None:
+            os.close(pidfd)
+    if captures:  # a leftover process still holds a pipe: end it for good
+        kill(True)
+    wall = (ended or time.monotonic()) - started
+    return Watched(
+        stdout=out, stderr=err, events=_parse_events(bytes(status.tail)), reason=reason,
+        exit_code=None, wall_s=wall, stuck=stuck,
+    )
+
+
+def kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def marked_processes(marker: bytes) -> list[int]:
+    """Pids whose command line or environment contains `marker` (other than ours)."""
+    found = []
+    own = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == own:
+            continue
+        for name in ("cmdline", "environ"):
+            try:
+                with open(f"/proc/{entry}/{name}", "rb") as f:
+                    if marker in f.read():
+                        found.append(int(entry))
+                        break
+            except OSError:
+                continue
+    return found
+
+
+def sweep(marker: bytes, rounds: int = 5) -> int:
+    """SIGKILL every process carrying `marker`, until none is left; how many were killed."""
+    killed = 0
+    for _ in range(rounds):
+        pids = marked_processes(marker)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+    return killed

@@ -1,0 +1,269 @@
+"""The first process inside the sandbox: sets limits, runs the script, reports how it ended.
+
+The executor runs this file's source with `python -c SOURCE RUN_ID CONFIG`, so
+it must use the standard library only (mleforge itself is not visible inside
+the sandbox), and it imports as little as it can: every millisecond here is
+paid by every run (hence marshal, not json, and no runpy). CONFIG is a
+marshalled dict, in hex. It
+
+1. closes every inherited descriptor but stdio and the status pipe,
+2. drops to the run's uid when started as root inside bwrap (so that
+   RLIMIT_NPROC applies: the kernel exempts uid 0 from it),
+3. sets the rlimits (soft = hard, so the script cannot raise them back),
+4. forks: the child runs the script as `__main__` in this already started
+   interpreter (no second interpreter start), in its own process group,
+5. waits for it under the wall-clock timeout, kills whatever it left behind,
+   and writes one JSON line to the status pipe: exit status, signal, rusage.
+
+Waiting with `wait4` on our own child is what gives exact exit statuses and
+per-run rusage (the parent's RUSAGE_CHILDREN would mix concurrent runs, and
+bwrap reports a signal death as an exit code of 128 + signal).
+
+The script can reach this process (it is its parent) and could kill it or
+write to the status pipe through /proc; the executor treats a missing status as
+a signal death and takes the last status line, written after the script's
+processes are gone. Nothing the script forges here can earn a score: scores
+come from grading the submission file in the parent.
+"""
+
+# The C module: `signal` imports enum, ~8 ms of start-up in every run. The script's
+# own `import signal` is unaffected.
+import _signal as signal
+import marshal
+import os
+import resource
+import sys
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+_IGNORED_HERE = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR2")
+PARENT_DIED = signal.SIGUSR1  # the death signal asked for without bwrap
+
+
+def _prctl(option: int, value: int) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(option, value, 0, 0, 0)
+
+
+def _json(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):  # our own event names: no escaping needed
+        return '"' + value + '"'
+    return repr(value)
+
+
+def _emit(fd: int, event: dict) -> None:
+    line = "{" + ", ".join(f'"{key}": {_json(value)}' for key, value in event.items()) + "}\n"
+    try:  # noqa: SIM105 - contextlib would cost an import in every run
+        os.write(fd, line.encode())
+    except OSError:  # the executor is gone; nobody is to be told
+        pass
+
+
+def _close_inherited(keep: int) -> None:
+    # bwrap passes on every descriptor it got; an O_PATH one would let a script
+    # walk out of a bind mount, so nothing but stdio and the status pipe survives.
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 1 << 16)
+
+
+def _count_own_tasks(uid: int) -> int:
+    """Processes and threads of `uid` now: RLIMIT_NPROC counts those machine-wide."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        if int(fields.get("Uid", "-1").split()[0]) == uid:
+            total += int(fields.get("Threads", "1"))
+    return total
+
+
+def _limit(value: float) -> int:
+    return resource.RLIM_INFINITY if value < 0 or value == resource.RLIM_INFINITY else int(value)
+
+
+def _set_limits(cfg: dict) -> None:
+    for name, soft, hard in cfg["rlimits"]:
+        which = getattr(resource, name)
+        ceiling = resource.getrlimit(which)[1]  # lowering is always allowed, raising is not
+        if ceiling != resource.RLIM_INFINITY:
+            soft, hard = min(_limit(soft), ceiling), min(_limit(hard), ceiling)
+        resource.setrlimit(which, (_limit(soft), _limit(hard)))
+    nproc = cfg.get("nproc")
+    if nproc is not None:
+        if cfg.get("nproc_relative"):
+            nproc += _count_own_tasks(os.getuid())
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+
+def _descendants(root: int) -> list[int]:
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    children = [int(c) for c in f.read().split()]
+            except OSError:
+                continue
+            found += children
+            stack += children
+    return found
+
+
+def _kill_all(child: int) -> None:
+    """SIGKILL the script's group and every process below us, until none is left."""
+    try:  # noqa: SIM105
+        os.killpg(child, signal.SIGKILL)
+    except OSError:
+        pass
+    for _ in range(50):
+        alive = [p for p in _descendants(os.getpid()) if not _is_zombie(p)]
+        if not alive:
+            return
+        for pid in alive:
+            try:  # noqa: SIM105
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def _run_script(script: str, status_fd: int, pdeathsig: bool) -> None:
+    """In the forked child: become the script. Never returns."""
+    os.close(status_fd)
+    os.setpgid(0, 0)
+    if pdeathsig:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    for name in _IGNORED_HERE:
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+    signal.signal(PARENT_DIED, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.argv = [script]
+    sys.path[0] = os.path.dirname(script)
+    # What `python script.py` does, without runpy's imports (pkgutil, typing: ~10 ms).
+    # The same module attributes, too: multiprocessing's spawn reads __spec__ and
+    # __file__ to import the script again in its workers.
+    import _frozen_importlib_external  # already loaded: costs nothing
+
+    main = type(sys)("__main__")
+    main.__file__ = script
+    main.__spec__ = None
+    main.__loader__ = _frozen_importlib_external.SourceFileLoader("__main__", script)
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    try:
+        with open(script, "rb") as f:
+            source = f.read()
+        # dont_inherit: the script must not get this file's compiler flags.
+        exec(compile(source, script, "exec", dont_inherit=True), main.__dict__)
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        # Show the traceback as `python script.py` would, without our frames.
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != script:
+            tb = tb.tb_next
+        sys.excepthook(type(exc), exc, tb)
+        sys.exit(1)
+    sys.exit(0)
+
+
+def main() -> None:
+    cfg = marshal.loads(bytes.fromhex(sys.argv[2]))
+    status_fd = cfg["status_fd"]
+    _close_inherited(status_fd)
+    for name in _IGNORED_HERE:
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+    if cfg.get("pdeathsig"):
+        # Not SIGKILL: dying at once would orphan what the script started. Told that
+        # the executor is gone, we kill our whole tree first (as the subreaper, every
+        # process the script left is in it).
+        executor = os.getppid()
+        child = 0
+
+        def on_parent_death(signum, frame):
+            if os.getppid() != executor:  # not the script sending the same signal
+                if child:
+                    _kill_all(child)
+                os._exit(1)
+
+        signal.signal(PARENT_DIED, on_parent_death)
+        _prctl(PR_SET_PDEATHSIG, PARENT_DIED)
+        if os.getppid() != executor:
+            os._exit(1)
+    if cfg.get("subreaper"):
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    if cfg.get("drop_to"):
+        uid, gid = cfg["drop_to"]
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    _set_limits(cfg)
+    _emit(status_fd, {"event": "started", "pid": os.getpid(), "uid": os.getuid()})
+
+    child = os.fork()
+    if child == 0:
+        _run_script(cfg["script"], status_fd, bool(cfg.get("pdeathsig")))
+    _emit(status_fd, {"event": "spawned", "pid": child})
+
+    timed_out = False
+
+    def on_alarm(signum, frame):
+        nonlocal timed_out
+        timed_out = True
+        _kill_all(child)
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, float(cfg["timeout_s"]))
+
+    status = None
+    utime = stime = 0.0
+    maxrss = 0
+    while True:
+        try:
+            pid, wstatus, usage = os.wait4(-1, 0)
+        except ChildProcessError:
+            break
+        utime += usage.ru_utime
+        stime += usage.ru_stime
+        maxrss = max(maxrss, usage.ru_maxrss)
+        if pid == child:
+            status = wstatus
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            _kill_all(child)  # what the script left running ends with it
+    code = os.waitstatus_to_exitcode(status) if status is not None else None
+    _emit(status_fd, {
+        "event": "exit",
+        "returncode": code if code is not None and code >= 0 else None,
+        "signal": -code if code is not None and code < 0 else None,
+        "timed_out": timed_out,
+        "cpu_s": utime + stime,
+        "maxrss_kb": maxrss,
+    })
+
+
+if __name__ == "__main__":
+    main()
+    os._exit(0)  # nothing of ours to flush; a full interpreter shutdown is paid by every run

@@ -1,0 +1,42 @@
+"""`mleforge exec`: run a script in a task's sandbox, print the result and its grade."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mleforge.cli.main import main
+from tests.sandbox.conftest import CANARY_TASK
+
+HOSTILE = Path(__file__).parent / "hostile"
+
+
+def _exec(capsys, data_root, *args):
+    code = main(["exec", "sandbox-canary", *args, "--tasks-dir", str(CANARY_TASK), "--data-dir", str(data_root)])
+    return code, capsys.readouterr()
+
+
+def test_exec_json_has_result_and_grade(capsys, data_root):
+    code, out = _exec(capsys, data_root, str(HOSTILE / "valid_solution.py"), "--json", "--isolation", "none")
+    data = json.loads(out.out)
+    assert code == 0 and set(data) == {"result", "grade"}
+    assert data["result"]["returncode"] == 0 and data["grade"]["valid_submission"]
+    assert data["result"]["isolation"] == "none" and data["result"]["warnings"]
+
+
+def test_exec_without_submission_and_with_timeout(capsys, data_root):
+    code, out = _exec(capsys, data_root, str(HOSTILE / "sleep_forever.py"), "--timeout", "1", "--json",
+                      "--isolation", "none")
+    data = json.loads(out.out)
+    assert code == 1 and data["grade"] is None and data["result"]["killed_by"] == "timeout"
+
+
+def test_exec_tables(capsys, data_root):
+    code, out = _exec(capsys, data_root, str(HOSTILE / "fake_metric.py"), "--isolation", "none")
+    assert code == 0
+    assert "Final score" in out.out and "nothing to grade" in out.out and "UNISOLATED" in out.err
+
+
+def test_exec_missing_script(capsys, data_root, tmp_path):
+    code, out = _exec(capsys, data_root, str(tmp_path / "nope.py"))
+    assert code == 2 and "no script" in out.err

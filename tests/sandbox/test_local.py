@@ -1,0 +1,226 @@
+"""The local executor with real processes: solutions graded outside, concurrency, cancellation, death."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from mleforge.errors import SandboxError
+from mleforge.grading.grader import grade
+from mleforge.sandbox import make_executor
+from mleforge.sandbox.env import THREAD_VARS
+from mleforge.sandbox.local import LocalExecutor
+from mleforge.sandbox.process import marked_processes
+from tests.sandbox.conftest import CANARY_TASK
+
+SOLUTION = (Path(__file__).parent / "hostile" / "valid_solution.py").read_text()
+
+
+def test_a_solution_is_graded_in_the_parent(executor, canary):
+    result = executor.run(SOLUTION, canary)
+    assert result.ok and result.submission_path, result.stderr
+    report = grade(canary, result.submission_path)
+    assert report.valid_submission and report.score < 0.2
+    assert result.cpu_s > 0 and result.peak_memory_mb > 10 and result.wall_s > 0
+
+
+def test_environment_is_built_from_nothing(executor, canary, secret_env):
+    result = executor.run("import os\nfor k, v in sorted(os.environ.items()): print(f'{k}={v}')", canary)
+    env = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    assert not set(secret_env) & set(env)
+    assert env["HOME"].endswith("/working") and env["PYTHONHASHSEED"] == "0"
+    assert all(env[name] == str(canary.spec.limits.cpus) for name in THREAD_VARS)
+    assert env["MLEFORGE_RUN_ID"] == result.run_id
+    allowed = {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONHASHSEED", "PYTHONUNBUFFERED",
+               "PYTHONDONTWRITEBYTECODE", "MPLBACKEND", "MLEFORGE_RUN_ID", "PWD", *THREAD_VARS}
+    assert set(env) <= allowed
+
+
+def test_mleforge_itself_is_not_importable_inside(executor, canary):
+    result = executor.run("import mleforge\nprint(mleforge.__file__)", canary)
+    if executor.isolation == "bwrap":
+        assert result.returncode == 1 and "ModuleNotFoundError" in result.stderr
+    else:  # unisolated: the project is there to be read, as the warnings say
+        assert result.ok
+
+
+@pytest.mark.slow
+def test_500_mb_of_pandas_fits_the_default_limits(executor, registry):
+    from mleforge.tasks.prepare import prepare
+
+    task = registry.get("titanic")
+    prepare(task)
+    script = textwrap.dedent("""
+        import numpy as np, pandas as pd
+        frame = pd.DataFrame(np.ones((6_250_000, 10)))  # 500 MB of float64
+        frame["sum"] = frame.sum(axis=1)
+        print(round(frame.memory_usage().sum() / 2**20), "MiB", float(frame["sum"].mean()))
+    """)
+    result = executor.run(script, task)  # the task's own (default) limits
+    assert result.ok, result.stderr
+    assert "10.0" in result.stdout and result.peak_memory_mb > 500
+
+
+def test_a_group_runs_concurrently_in_order(executor, canary):
+    scripts = [f"import time\ntime.sleep(1)\nprint({i})" for i in range(4)]
+    start = time.monotonic()
+    results = asyncio.run(executor.run_batch(scripts, canary, max_workers=4))
+    elapsed = time.monotonic() - start
+    assert [r.stdout.strip() for r in results] == ["0", "1", "2", "3"]
+    assert elapsed < 3.5, f"4 one-second runs on 4 workers took {elapsed:.1f}s"
+    assert len({r.run_id for r in results}) == 4
+    results = executor.run_many(scripts[:2], canary, max_workers=1)
+    assert [r.stdout.strip() for r in results] == ["0", "1"]
+
+
+def test_cancelling_a_batch_kills_its_runs(executor, canary):
+    scripts = ["import time\ntime.sleep(60)"] * 2
+
+    async def cancelled():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(executor.run_batch(scripts, canary, max_workers=2), timeout=1.0)
+
+    start = time.monotonic()
+    asyncio.run(cancelled())
+    assert time.monotonic() - start < 5
+    left = [p.name for p in executor.workspaces_dir.iterdir() if p.name not in ("submissions", ".lock")]
+    assert left == []
+
+
+def test_cancel_event_reports_cancelled(executor, canary):
+    import threading
+
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    result = executor.run("import time\ntime.sleep(60)", canary, cancel=cancel)
+    assert result.killed_by == "cancelled" and result.wall_s < 5
+
+
+def test_kept_workspace(executor, canary):
+    result = executor.run(SOLUTION, canary, keep=True)
+    try:
+        ws = Path(result.workspace)
+        assert (ws / "submission" / "submission.csv").is_file()
+        assert Path(result.submission_path) == ws / "submission" / "submission.csv"
+        assert os.stat(ws / "working").st_uid == os.getuid()  # handed back to us
+    finally:
+        from mleforge.sandbox.workspace import remove_tree
+
+        remove_tree(Path(result.workspace).parent)
+
+
+@pytest.mark.parametrize("isolation", ["bwrap", "none"])
+def test_nothing_survives_a_killed_parent(isolation, data_root, tmp_path, canary):
+    if isolation == "bwrap":
+        with LocalExecutor("auto", base_dir=tmp_path / "probe") as probe:
+            if probe.isolation != "bwrap":
+                pytest.skip("bwrap is not usable here")
+    base = tmp_path / "base"
+    code = textwrap.dedent(f"""
+        from mleforge.sandbox.local import LocalExecutor
+        from mleforge.tasks.registry import TaskRegistry
+        task = TaskRegistry(task_dirs=[{str(CANARY_TASK)!r}], include_builtin=False,
+                            data_dir={str(data_root)!r}, mlebench=False).get("sandbox-canary")
+        executor = LocalExecutor({isolation!r}, base_dir={str(base)!r})
+        executor.run("import os, time\\nif os.fork() == 0:\\n    os.setsid()\\ntime.sleep(120)", task)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        run_id = None
+        for _ in range(200):  # wait until the run's processes are up
+            runs = [p.name for s in base.glob("*-*") for p in s.iterdir() if p.is_dir() and p.name != "submissions"]
+            if runs and len(marked_processes(runs[0].encode())) >= 2:
+                run_id = runs[0]
+                break
+            time.sleep(0.05)
+        assert run_id, "the run did not start"
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        for _ in range(100):
+            if not marked_processes(run_id.encode()):
+                break
+            time.sleep(0.05)
+        assert marked_processes(run_id.encode()) == []
+    finally:
+        parent.kill()
+    # The next executor on the same folder removes what the dead one left.
+    with LocalExecutor("none", base_dir=base) as executor:
+        own = executor.workspaces_dir
+        assert [p for p in base.iterdir() if p != own and p.name != "kept"] == []
+
+
+def test_without_bwrap_it_says_so_once_in_the_log(caplog, tmp_path, monkeypatch):
+    import mleforge.sandbox.local as local
+
+    monkeypatch.setattr(local, "_warned", set())
+    monkeypatch.setenv("MLEFORGE_BWRAP", "0")
+    with caplog.at_level(logging.WARNING, logger="mleforge.sandbox"):
+        for _ in range(2):
+            executor = make_executor("local", base_dir=tmp_path)
+            assert executor.isolation == "none"
+            assert any("UNISOLATED" in w for w in executor.resolve_isolation().warnings)
+            executor.close()
+    assert sum("UNISOLATED" in r.getMessage() for r in caplog.records) == 1
+    with pytest.raises(SandboxError, match="bwrap is turned off"):
+        LocalExecutor("bwrap", base_dir=tmp_path).resolve_isolation()
+
+
+def test_a_broken_interpreter_is_a_sandbox_error(canary, tmp_path):
+    with LocalExecutor("none", base_dir=tmp_path, python="/bin/false") as executor, \
+            pytest.raises(SandboxError, match="did not start"):
+        executor.run("print(1)", canary)
+
+
+def test_unknown_executor_kind():
+    from mleforge.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="available: local"):
+        make_executor("ray")
+
+
+def test_discard_frees_a_submission(executor, canary):
+    result = executor.run(SOLUTION, canary)
+    assert Path(result.submission_path).is_file()
+    executor.discard(result)
+    assert not Path(result.submission_path).exists()
+
+
+def test_unreadable_public_data_is_refused_as_root(canary, tmp_path):
+    import mleforge.sandbox.local as local
+
+    if os.geteuid() != 0:
+        pytest.skip("only root runs the sandbox under a uid of its own")
+    folder = tmp_path / "public"
+    folder.mkdir()
+    (folder / "train.csv").write_text("x\n")
+    os.chmod(folder / "train.csv", 0o600)
+    with pytest.raises(SandboxError, match="chmod -R a\\+rX"):
+        local._require_world_readable(folder)
+
+
+def test_worker_processes_work_inside(executor, canary):
+    """scikit-learn's n_jobs (loky) and multiprocessing's spawn re-import the script."""
+    script = textwrap.dedent("""
+        import multiprocessing as mp
+        from joblib import Parallel, delayed
+
+        def square(x):
+            return x * x
+
+        if __name__ == "__main__":
+            print("loky", sum(Parallel(n_jobs=2)(delayed(square)(i) for i in range(10))))
+            with mp.get_context("spawn").Pool(2) as pool:
+                print("spawn", sum(pool.map(square, range(10))))
+    """)
+    result = executor.run(script, canary)
+    assert result.ok, result.stderr[-3000:]
+    assert "loky 285" in result.stdout and "spawn 285" in result.stdout
