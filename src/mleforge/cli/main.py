@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -244,6 +245,83 @@ def cmd_tasks_solve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _policy_options(args: argparse.Namespace, registry) -> dict:
+    """Options for make_policy: the template expert reads tasks from the same registry;
+    local models use one torch thread per core share."""
+    prefix = args.policy.partition(":")[0]
+    if prefix == "template":
+        return {"registry": registry}
+    if prefix in ("hf", "bundled") and args.threads:
+        return {"num_threads": args.threads}
+    return {}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """One episode of AIDE-style search on one task with one policy, live progress, resumable."""
+    import shutil
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mleforge.agent.ideas import choose_ideas
+    from mleforge.agent.runner import EpisodeConfig, EpisodeRunner
+    from mleforge.agent.search import SearchConfig
+    from mleforge.policies import make_policy
+    from mleforge.sandbox import make_executor
+    from mleforge.tasks.prepare import prepare
+
+    registry = _registry(args)
+    task = registry.get(args.task)
+    prepare(task)
+    safe_policy = args.policy.replace("/", "_").replace(":", "-")
+    run_dir = Path(args.run_dir or f"runs/run/{task.id}/{safe_policy}/seed{args.seed}").resolve()
+    if args.fresh and run_dir.exists():
+        shutil.rmtree(run_dir)
+    config = EpisodeConfig(
+        steps=args.steps, time_limit_s=args.time_limit, run_timeout_s=args.run_timeout, seed=args.seed,
+        search=SearchConfig(num_drafts=args.drafts), max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+    )
+    policy = make_policy(args.policy, **_policy_options(args, registry))
+    ideas = choose_ideas(task, args.ideas, seed=args.seed) if args.ideas else ()
+    best: list = [None]
+    try:
+        with make_executor(args.executor) as executor, Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=err_console, disable=args.json,
+        ) as progress:
+            bar = progress.add_task(f"{task.id} with {args.policy}", total=args.steps)
+
+            def on_step(outcome) -> None:
+                node = outcome.node
+                if node.valid and (best[0] is None or (node.score < best[0] if task.is_lower_better
+                                                       else node.score > best[0])):
+                    best[0] = node.score
+                shown = "-" if node.score is None else f"{node.score:.5g}"
+                progress.update(bar, advance=1, description=(
+                    f"{task.id}: step {node.step + 1} {outcome.state.stage} -> {node.outcome} "
+                    f"(score {shown}, best {best[0] if best[0] is not None else '-'})"))
+
+            runner = EpisodeRunner(task, policy, executor, config, run_dir, ideas=ideas,
+                                   policy_name=args.policy, on_step=on_step)
+            result = runner.run()
+    finally:
+        policy.close()
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    rows = [[n["step"] + 1, n["stage"], n["outcome"], n["score"], n["reward"]["total"]]
+            for n in map(json.loads, (run_dir / "steps.jsonl").read_text().splitlines())]
+    print_table(f"run {run_dir}", ["step", "stage", "outcome", "score", "reward"], rows)
+    if result.report is None:
+        err_console.print("no valid submission in this run", style="bold red")
+    else:
+        print_table("final answer (best valid node)", REPORT_COLUMNS, [_report_row(result.report)])
+    print_table("summary", ["steps", "first valid at step", "wall s", "completion tokens", "stopped by"],
+                [[result.steps, result.steps_to_first_valid, result.wall_s, result.completion_tokens,
+                  result.stopped_by]])
+    return 0
+
+
 def _open_buffer(path: str):
     from mleforge.curriculum.buffer import StateBuffer
 
@@ -350,6 +428,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, help="wall-clock limit in seconds (default: the task's)")
     p.add_argument("--keep", action="store_true", help="keep the workspace (its path is in the result)")
     p.set_defaults(func=cmd_exec)
+
+    p = sub.add_parser("run", parents=[common], help="run the agent on one task (AIDE-style search), resumable")
+    p.add_argument("--task", required=True, help="task id (mlebench:<id> for MLE-bench)")
+    p.add_argument("--policy", default="template",
+                   help="template | openai:<model> | hf:<path> | bundled:smollm2-135m | bundled:qwen2.5-coder-0.5b")
+    p.add_argument("--steps", type=int, default=8, help="steps of search (default 8)")
+    p.add_argument("--drafts", type=int, default=2, help="drafts before debugging/improving (default 2)")
+    p.add_argument("--time-limit", type=float, help="wall-time limit for the episode, in seconds")
+    p.add_argument("--run-timeout", type=float, help="per-execution limit (default: the task's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ideas", type=int, default=0, help="exploration ideas injected into the first prompt (1-3)")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--max-new-tokens", type=int, default=2048)
+    p.add_argument("--threads", type=int, help="torch threads for local models")
+    p.add_argument("--executor", default="local", help="sandbox backend (default local)")
+    p.add_argument("--run-dir", help="run directory (default runs/run/<task>/<policy>/seed<seed>; resumed if present)")
+    p.add_argument("--fresh", action="store_true", help="delete the run directory first instead of resuming")
+    p.set_defaults(func=cmd_run)
 
     buffer = sub.add_parser("buffer", help="inspect and export a run's state buffer (curriculum)")
     bsub = buffer.add_subparsers(dest="buffer_command", required=True)
