@@ -1,0 +1,1 @@
+"""Reference solutions of varied strength and the built-in leaderboards they make."""

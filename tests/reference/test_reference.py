@@ -1,0 +1,206 @@
+"""Reference solutions, their features and the built-in leaderboards they make."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mleforge.errors import ConfigError
+from mleforge.reference import leaderboard as lb
+from mleforge.reference.features import ColumnRoles, build_preprocessor, date_parts, infer_roles
+from mleforge.reference.solutions import ReferenceSolution, pick_solution, solution_grid
+from mleforge.tasks.prepare import prepare
+from mleforge.tasks.registry import BUILTIN_DIR, TaskRegistry
+from mleforge.tasks.spec import load_task_spec
+from mleforge.utils.io import read_public
+
+BUILTIN_IDS = sorted(load_task_spec(p.parent).id for p in BUILTIN_DIR.glob("*/task.yaml"))
+# Leaderboards that take more than ~20 s to rebuild on 2 cores (see benchmarks/prepare_and_grade.py).
+SLOW = {"chicago-ridership", "food-reviews", "hotel-rates", "house-prices", "leaf-species", "mnist-5k", "titanic"}
+
+
+@pytest.fixture()
+def data_dir(tmp_path, monkeypatch):
+    root = tmp_path / "data"
+    monkeypatch.setenv("MLEFORGE_DATA", str(root))
+    return root
+
+
+def _builtin(task_id: str, data_dir) -> object:
+    task = TaskRegistry(data_dir=data_dir, mlebench=False).get(task_id)
+    prepare(task)
+    return task
+
+
+@pytest.mark.parametrize(
+    "task_id", [pytest.param(t, marks=pytest.mark.slow) if t in SLOW else t for t in BUILTIN_IDS]
+)
+def test_committed_leaderboard_rebuilds(task_id, data_dir):
+    # The build grades every entry with score_frame, which raises on an invalid submission:
+    # an empty list also says that every entry of the grid is valid.
+    task = _builtin(task_id, data_dir)
+    assert lb.check_leaderboard(task) == []
+
+
+@pytest.mark.parametrize("task_id", BUILTIN_IDS)
+def test_grid_is_large_distinct_and_has_a_baseline(task_id, data_dir):
+    grid = solution_grid(_builtin(task_id, data_dir))
+    names = [s.name for s in grid]
+    assert len(grid) >= 20
+    assert len(set(names)) == len(names)
+    assert any(s.family == "constant" for s in grid)
+    families = {s.family for s in grid}
+    assert {"linear", "knn", "tree", "random_forest", "extra_trees", "hist_gb"} <= families
+
+
+@pytest.mark.parametrize("task_id", BUILTIN_IDS)
+def test_committed_leaderboard_is_well_formed(task_id, data_dir):
+    task = TaskRegistry(data_dir=data_dir, mlebench=False).get(task_id)
+    board = task.leaderboard()
+    assert list(board.columns) == ["entry", "score"]
+    assert board["entry"].is_unique
+    assert lb.render_board(board) == task.spec.leaderboard_path.read_text(encoding="utf-8")
+    assert board.equals(lb.sort_board(board, task.is_lower_better))
+    meta = pd.read_json(lb.meta_path(task), typ="series")
+    assert meta["entries"] == len(board)
+    assert meta["command"] == f"mleforge tasks leaderboard {task_id}"
+
+
+def test_seeded_solution_is_deterministic_and_seed_matters(data_dir):
+    task = _builtin("breast-cancer", data_dir)
+    train, test = read_public(task)
+    first = ReferenceSolution("rf", "random_forest", {"n_estimators": 30}, seed=1)
+    pd.testing.assert_frame_equal(first.fit_predict(task, train, test), first.fit_predict(task, train, test))
+    other = ReferenceSolution("rf", "random_forest", {"n_estimators": 30}, seed=2)
+    assert not first.fit_predict(task, train, test).equals(other.fit_predict(task, train, test))
+
+
+def test_submission_format_per_metric(data_dir):
+    mnist = _builtin("leaf-species", data_dir)
+    train, test = read_public(mnist)
+    ranked = ReferenceSolution("prior", "constant", {"strategy": "prior"}).fit_predict(mnist, train, test)
+    assert list(ranked.columns) == ["id", "species"]
+    assert ranked["id"].tolist() == test["id"].tolist()
+    top3 = ranked["species"].iloc[0].split()
+    counts = train["species"].value_counts()
+    assert top3 == sorted(counts.index, key=lambda s: (-counts[s], s))[:3]
+
+
+def test_ordinal_regressor_predicts_labels_in_range(data_dir):
+    task = _builtin("poverty-attitudes", data_dir)
+    train, test = read_public(task)
+    solution = ReferenceSolution("ridge", "linear", {"alpha": 1.0, "regress": True})
+    labels = solution.fit_predict(task, train, test)["poverty"]
+    assert labels.dtype.kind == "i"
+    assert set(labels) <= set(train["poverty"])
+
+
+def test_reference_solution_round_trips_and_rejects_unknown_family():
+    solution = ReferenceSolution("hgb", "hist_gb", {"learning_rate": 0.1, "pca": 50}, seed=3)
+    assert ReferenceSolution.from_dict(solution.to_dict()) == solution
+    with pytest.raises(ConfigError, match="unknown solution family"):
+        ReferenceSolution("x", "xgboost", {})
+
+
+def test_pick_solution(data_dir):
+    task = _builtin("penguins", data_dir)
+    assert pick_solution(task).name == task.leaderboard()["entry"].iloc[0]
+    assert pick_solution(task, "tree-d2").family == "tree"
+    with pytest.raises(ConfigError, match="no reference solution"):
+        pick_solution(task, "nope")
+
+
+# --- features ---------------------------------------------------------------------------------
+
+
+def _frame() -> pd.DataFrame:
+    words = ["good tasty snack for the price", "bland and stale, would not buy again", "my dog loves it"]
+    return pd.DataFrame({
+        "id": range(1, 61),
+        "n": [float(i) if i % 7 else np.nan for i in range(60)],
+        "flag": [i % 2 == 0 for i in range(60)],
+        "color": (["red", "blue", "green", None] * 15),
+        "review": [f"{words[i % 3]} number {i}" for i in range(60)],
+        "when": [f"2020-{1 + i % 12:02d}-{1 + i % 28:02d}" for i in range(60)],
+        "y": [i % 2 for i in range(60)],
+    })
+
+
+def test_infer_roles(data_dir):
+    spec = _builtin("penguins", data_dir).spec
+    roles = infer_roles(spec, _frame().rename(columns={"y": "species"}))
+    assert roles == ColumnRoles(numeric=("n", "flag"), categorical=("color",), text=("review",), date=("when",))
+
+
+def test_preprocessor_handles_unknown_categories_and_missing_values():
+    roles = ColumnRoles(numeric=("n", "flag"), categorical=("color",), text=("review",), date=("when",))
+    frame = _frame()
+    out = build_preprocessor(roles, dense=True, min_frequency=1).fit(frame).transform(
+        frame.assign(color="purple", n=np.nan, when="not a date")
+    )
+    assert np.isfinite(out).all()
+    assert out.shape[0] == len(frame)
+
+
+def test_date_parts():
+    parts = date_parts(pd.DataFrame({"d": ["2024-03-01", None]}))
+    assert parts[0].tolist() == [2024.0, 3.0, 4.0, 61.0]  # a Friday, day 61 of a leap year
+    assert np.isnan(parts[1]).all()
+
+
+# --- leaderboard files ------------------------------------------------------------------------
+
+
+def test_sort_board_breaks_ties_by_name():
+    board = pd.DataFrame({"entry": ["c", "a", "b", "d"], "score": [0.5, 0.5, 0.9, 0.1]})
+    assert lb.sort_board(board, is_lower_better=False)["entry"].tolist() == ["b", "a", "c", "d"]
+    assert lb.sort_board(board, is_lower_better=True)["entry"].tolist() == ["d", "a", "c", "b"]
+
+
+def test_compare_boards_exact_and_tolerant():
+    old = pd.DataFrame({"entry": ["a", "b", "c"], "score": [0.9, 0.8, 0.7]})
+    new = pd.DataFrame({"entry": ["a", "b", "d"], "score": [0.9, 0.801, 0.6]})
+    exact = lb.compare_boards(old, new, exact=True)
+    assert exact == [
+        "entry c is missing from the rebuild",
+        "entry d is new in the rebuild",
+        "entry b: committed 0.80000, rebuilt 0.80100",
+    ]
+    assert lb.compare_boards(old, new, exact=False) == exact[:2]
+
+
+def test_write_and_check_leaderboard(tmp_path, data_dir, monkeypatch):
+    # A copy of a built-in task, so the package's own files stay untouched.
+    folder = tmp_path / "tasks" / "penguins"
+    shutil.copytree(BUILTIN_DIR / "penguins", folder, ignore=shutil.ignore_patterns("leaderboard*"))
+    task = TaskRegistry([folder], include_builtin=False, data_dir=data_dir, mlebench=False).get("penguins")
+    assert lb.check_leaderboard(task)[0].startswith("no committed leaderboard")
+    small = [ReferenceSolution("constant-prior", "constant", {"strategy": "prior"}),
+             ReferenceSolution("tree-d2", "tree", {"max_depth": 2})]
+    monkeypatch.setattr(lb, "solution_grid", lambda task: small)
+    seen = []
+    board = lb.build_leaderboard(task, progress=lambda done, total, name: seen.append((done, total, name)))
+    assert seen == [(1, 2, "constant-prior"), (2, 2, "tree-d2")]
+    assert board["entry"].tolist() == ["tree-d2", "constant-prior"]
+    lb.write_leaderboard(task, board)
+    assert lb.check_leaderboard(task) == []
+    lines = task.spec.leaderboard_path.read_text().splitlines()
+    task.spec.leaderboard_path.write_text("\n".join([lines[0], lines[1].replace("0.", "0.0"), lines[2]]) + "\n")
+    assert lb.check_leaderboard(task)[0].startswith("entry tree-d2: committed")
+
+
+def test_invalid_entry_raises_with_its_name(tmp_path, data_dir, monkeypatch):
+    from mleforge.errors import InvalidSubmission
+
+    task = _builtin("penguins", data_dir)
+
+    class Broken(ReferenceSolution):
+        def fit_predict(self, task, train, test, memory=None):
+            return super().fit_predict(task, train, test, memory).iloc[:-1]
+
+    monkeypatch.setattr(lb, "solution_grid", lambda task: [Broken("broken-tree", "tree", {"max_depth": 2})])
+    with pytest.raises(InvalidSubmission, match="reference solution broken-tree of penguins"):
+        lb.build_leaderboard(task)
