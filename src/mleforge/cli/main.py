@@ -181,7 +181,12 @@ def cmd_exec(args: argparse.Namespace) -> int:
     prepare(task)
     limits = RunLimits.of(None, task.spec.limits, timeout_s=args.timeout)
     options = {"isolation": args.isolation} if args.isolation else {}
-    with make_executor(args.executor, **options) as executor:
+    executor = make_executor(args.executor, **options)
+    if args.cache:
+        from mleforge.sandbox.caching import CachingExecutor
+
+        executor = CachingExecutor(executor, args.cache)
+    with executor:
         result = executor.run(script_path.read_text(encoding="utf-8"), task, limits, keep=args.keep)
         # The submission lives in the executor's folder until close(): grade it now.
         report = grade(task, result.submission_path) if result.submission_path else None
@@ -189,7 +194,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         print_json({"result": result.to_dict(), "grade": report.to_dict() if report else None})
         return 0 if result.ok else 1
     fields = ["isolation", "returncode", "signal", "killed_by", "timed_out", "wall_s", "cpu_s",
-              "peak_memory_mb", "stdout_bytes", "stderr_bytes", "submission_path", "workspace"]
+              "peak_memory_mb", "stdout_bytes", "stderr_bytes", "submission_path", "workspace", "cached"]
     print_table(f"execution of {script_path} on {task.id} (run {result.run_id})", ["field", "value"],
                 [[name, getattr(result, name)] for name in fields])
     for warning in result.warnings:
@@ -260,9 +265,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     """One episode of AIDE-style search on one task with one policy, live progress, resumable."""
     import shutil
 
+    import numpy as np
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from mleforge.agent.ideas import choose_ideas
+    from mleforge.agent.ideas import explore, sample_ideas
     from mleforge.agent.runner import EpisodeConfig, EpisodeRunner
     from mleforge.agent.search import SearchConfig
     from mleforge.policies import make_policy
@@ -282,7 +288,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         temperature=args.temperature,
     )
     policy = make_policy(args.policy, **_policy_options(args, registry))
-    ideas = choose_ideas(task, args.ideas, seed=args.seed) if args.ideas else ()
+    ideas: tuple[str, ...] = ()
+    if args.ideas:  # ML-Agent's exploration enrichment: 1..K of the most diverse ideas
+        selection = explore(task, k=10, seed=args.seed)
+        ideas = sample_ideas(selection.selected, np.random.default_rng(args.seed), low=1, high=args.ideas)
     best: list = [None]
     try:
         with make_executor(args.executor) as executor, Progress(
@@ -371,6 +380,73 @@ def cmd_buffer_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Evaluate a policy on tasks x seeds (MLE-bench style), in parallel, resumable; writes aggregate.json."""
+    from mleforge.eval.config import EvalConfig
+    from mleforge.eval.progress import RichGridProgress
+    from mleforge.eval.runner import EvalGrid, safe_name
+    from mleforge.eval.sections import pm
+
+    local = args.policy.partition(":")[0] in ("hf", "bundled")
+    config = EvalConfig(
+        policy=args.policy, tasks=args.tasks, seeds=args.seeds, first_seed=args.first_seed, steps=args.steps,
+        time_limit_s=args.time_limit, run_timeout_s=args.run_timeout, workers=args.workers, drafts=args.drafts,
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, executor=args.executor,
+        policy_options={"num_threads": args.threads} if local and args.threads else {},
+        train_runs=tuple(args.trained_on or ()),
+    )
+    grid = EvalGrid(config, args.out or f"runs/eval/{safe_name(args.policy)}", registry=_registry(args))
+    warning = grid.contamination.warning
+    if warning:
+        err_console.print(f"[bold red]warning:[/] {warning}", highlight=False)
+    with RichGridProgress(console=err_console, disable=args.json, title=args.policy) as progress:
+        grid.listener = progress
+        result = grid.run(fresh=args.fresh)
+    agg = result.aggregate
+    if args.json:
+        print_json(agg)
+        return 0
+    m, runs = agg["metrics"], agg["runs"]
+    print_table(f"{args.policy} on {len(agg['tasks'])} tasks x {len(agg['seeds'])} seeds "
+                f"({runs['finished']}/{runs['expected']} runs finished; {result.skipped} resumed)",
+                ["metric", "mean ± SEM over seeds", "per seed"],
+                [[name, pm(m[key], scale, digits), ", ".join(f"{v * scale:.{digits}f}" for v in
+                                                              m[key]["per_seed"].values())]
+                 for key, name, scale, digits in (
+                     ("valid_submission", "valid submission %", 100.0, 1), ("above_median", "above median %", 100.0, 1),
+                     ("any_medal", "any medal %", 100.0, 1), ("gold_medal", "gold %", 100.0, 1),
+                     ("silver_medal", "silver %", 100.0, 1), ("bronze_medal", "bronze %", 100.0, 1),
+                     ("normalized_score", "normalized score", 1.0, 3),
+                     ("steps_to_first_valid", "steps to first valid", 1.0, 2))])
+    print_table("per task (Best / Avg of valid final scores)",
+                ["task", "metric", "runs", "valid", "best", "avg", "gold", "silver", "bronze", "normalized"],
+                [[t["task_id"], t["metric"], t["runs"], t["valid"], t["best"], t["avg"], t["gold"], t["silver"],
+                  t["bronze"], t["mean_normalized_score"]] for t in agg["per_task"]])
+    if runs["missing"]:
+        print_table("runs that did not finish (left out of every number)", ["task", "seed", "reason", "error"],
+                    [[x["task_id"], x["seed"], x["reason"], x["error"]] for x in runs["missing"]])
+    if warning:
+        err_console.print(f"[bold red]warning:[/] {warning}", highlight=False)
+    err_console.print(f"aggregate: {result.eval_dir}/aggregate.json; report: mleforge report {result.eval_dir}",
+                      highlight=False)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Markdown + self-contained HTML report (tables, plots) of one or more runs, side by side."""
+    from mleforge.eval.report import write_report
+
+    out = args.out or (Path(args.runs[0]) / "report" if len(args.runs) == 1 else Path("runs/report"))
+    labels = [x.strip() for x in args.labels.split(",")] if args.labels else None
+    written = write_report(args.runs, out, labels=labels, title=args.title)
+    if args.json:
+        print_json(written.to_dict())
+    else:
+        err_console.print(f"wrote {written.markdown} ({len(written.figures)} figures beside it) "
+                          f"and {written.html}", highlight=False)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", help="data root (default $MLEFORGE_DATA or ~/.cache/mleforge/data)")
@@ -423,8 +499,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("exec", parents=[common], help="run a script in a task's sandbox and grade its submission")
     p.add_argument("task")
     p.add_argument("script", help="a Python script: it reads ./input/ and writes ./submission/submission.csv")
-    p.add_argument("--executor", default="local", help="executor backend (default: local)")
-    p.add_argument("--isolation", choices=("auto", "bwrap", "none"), help="local executor isolation (default: auto)")
+    # The names of mleforge.sandbox.EXECUTOR_KINDS (not imported here: the CLI starts light).
+    p.add_argument("--executor", default="local", choices=("local", "pool", "ray"),
+                   help="local (a process per run), pool (forked from a warm zygote), ray (a Ray task per run)")
+    p.add_argument("--isolation", choices=("auto", "bwrap", "none"),
+                   help="sandbox isolation of the executor (on the nodes, for ray) (default: auto)")
+    p.add_argument("--cache", type=Path, metavar="PATH",
+                   help="a result cache (SQLite): an identical earlier run is a lookup")
     p.add_argument("--timeout", type=float, help="wall-clock limit in seconds (default: the task's)")
     p.add_argument("--keep", action="store_true", help="keep the workspace (its path is in the result)")
     p.set_defaults(func=cmd_exec)
@@ -459,6 +540,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl")
     p.add_argument("--out", help="output file (default RUN_DIR/buffer_states.FORMAT)")
     p.set_defaults(func=cmd_buffer_export)
+
+    p = sub.add_parser("eval", parents=[common],
+                       help="evaluate a policy on tasks x seeds like MLE-bench (resumable); writes aggregate.json")
+    p.add_argument("--policy", default="template",
+                   help="template | openai:<model> | hf:<path> | bundled:smollm2-135m | bundled:qwen2.5-coder-0.5b")
+    p.add_argument("--tasks", default="lite", help="lite | all | id,id,... (mlebench:<id> for MLE-bench); default lite")
+    p.add_argument("--seeds", type=int, default=3, help="seeds per task (default 3)")
+    p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=8, help="steps of search per run (default 8)")
+    p.add_argument("--time-limit", type=float, help="wall-time limit of one run, in seconds")
+    p.add_argument("--run-timeout", type=float, help="per-execution limit (default: the task's)")
+    p.add_argument("--workers", type=int, help="runs at once (default: half the CPUs); generation is serialized")
+    p.add_argument("--drafts", type=int, default=2, help="drafts before debugging/improving (default 2)")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--max-new-tokens", type=int, default=2048)
+    p.add_argument("--threads", type=int, help="torch threads for local models")
+    p.add_argument("--executor", default="local", help="sandbox backend (default local)")
+    p.add_argument("--trained-on", action="append",
+                   help="a training run folder or record whose tasks the policy saw (repeatable; contamination guard)")
+    p.add_argument("--out", help="evaluation folder (default runs/eval/<policy>; resumed if present)")
+    p.add_argument("--fresh", action="store_true", help="delete the evaluation folder first instead of resuming")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("report", parents=[common], help="Markdown + HTML report (tables, plots) of runs, side by side")
+    p.add_argument("runs", nargs="+", help="run folders (e.g. what `mleforge eval` wrote)")
+    p.add_argument("--out", help="output folder (default RUN/report for one run, runs/report for several)")
+    p.add_argument("--labels", help="comma-separated names of the runs in the report (default: their policies)")
+    p.add_argument("--title", help="report title")
+    p.set_defaults(func=cmd_report)
     return parser
 
 
