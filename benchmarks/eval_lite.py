@@ -1,0 +1,148 @@
+"""MLE-bench-style evaluation of policies on the lite subset of the built-in suite.
+
+    python benchmarks/eval_lite.py --policies template --seeds 3 --steps 3 --out eval_lite.json
+    python benchmarks/eval_lite.py --policies bundled:qwen2.5-coder-0.5b --seeds 1 --steps 1 \\
+        --budget-s 2700 --threads 1 --max-new-tokens 700 --out eval_lite.json
+
+Each policy gets an evaluation folder under `--root` (resumable: run the same command
+again to continue). `--seeds`, `--steps` and `--budget-s` take one value for every policy or
+one per policy, comma-separated. A budget stops the grid (seed-major: whole seeds first)
+once that many seconds have passed: runs not finished by then are reported as missing, and
+resume on the next call. `--out` is updated per policy, so policies can be run one at a time
+and end up in one table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from mleforge.eval.config import EvalConfig
+from mleforge.eval.progress import RichGridProgress
+from mleforge.eval.runner import EvalGrid, safe_name
+
+
+def per_policy(text: str, n: int, kind: type) -> list[Any]:
+    values = [kind(v) for v in text.split(",")]
+    if len(values) not in (1, n):
+        raise SystemExit(f"give one value or {n} (one per policy): {text!r}")
+    return values * n if len(values) == 1 else values
+
+
+class Budget(RichGridProgress):
+    """Progress that also stops the grid once `budget_s` seconds have passed."""
+
+    def __init__(self, grid: EvalGrid, budget_s: float, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.grid, self.budget_s, self.started = grid, budget_s, time.monotonic()
+
+    def _check(self) -> None:
+        if self.budget_s and time.monotonic() - self.started > self.budget_s:
+            self.grid.stop()
+
+    def step(self, task_id: str, seed: int, outcome: Any) -> None:
+        super().step(task_id, seed, outcome)
+        self._check()
+
+    def done(self, task_id: str, seed: int, record: Any) -> None:
+        super().done(task_id, seed, record)
+        self._check()
+
+
+def evaluate(policy: str, seeds: int, steps: int, budget_s: float, args: argparse.Namespace) -> dict[str, Any]:
+    options = {"num_threads": args.threads} if args.threads and policy.startswith(("hf:", "bundled:")) else {}
+    config = EvalConfig(policy=policy, tasks=args.tasks, seeds=seeds, steps=steps, workers=args.workers,
+                        run_timeout_s=args.run_timeout, max_new_tokens=args.max_new_tokens,
+                        policy_options=options)
+    grid = EvalGrid(config, Path(args.root) / safe_name(policy))
+    started = time.monotonic()
+    with Budget(grid, budget_s, title=policy) as progress:
+        grid.listener = progress
+        result = grid.run()
+    agg = result.aggregate
+    return {
+        "policy": policy, "eval_dir": result.eval_dir, "seeds": seeds, "steps": steps, "budget_s": budget_s,
+        "wall_s": round(time.monotonic() - started, 1), "ran_now": result.ran, "resumed": result.skipped,
+        "interrupted": agg["interrupted"], "runs": {k: v for k, v in agg["runs"].items() if k != "missing"},
+        "missing": agg["runs"]["missing"], "metrics": agg["metrics"], "per_task": agg["per_task"],
+        "usage": agg["usage"],
+    }
+
+
+def pm(metric: dict[str, Any], scale: float = 100.0, digits: int = 1) -> str:
+    if metric["mean"] is None:
+        return "-"
+    sem = "" if metric["sem"] is None else f" ± {metric['sem'] * scale:.{digits}f}"
+    return f"{metric['mean'] * scale:.{digits}f}{sem}"
+
+
+def show(results: dict[str, Any]) -> None:
+    console = Console()
+    if not console.is_terminal:  # logs and pipes get whole tables, not wrapped cells
+        console.width = max(console.width, 160)
+    table = Table(title="lite subset: % of runs (mean ± SEM over seeds)")
+    for column in ("policy", "seeds x steps", "runs", "valid %", "above median %", "any medal %", "gold %",
+                   "normalized", "steps to 1st valid", "s / run"):
+        table.add_column(column)
+    for r in results.values():
+        m, finished = r["metrics"], r["runs"]["finished"]
+        table.add_row(r["policy"], f"{r['seeds']} x {r['steps']}", f"{finished}/{r['runs']['expected']}",
+                      pm(m["valid_submission"]), pm(m["above_median"]), pm(m["any_medal"]), pm(m["gold_medal"]),
+                      pm(m["normalized_score"], 1.0, 3), pm(m["steps_to_first_valid"], 1.0, 2),
+                      f"{r['usage']['wall_s'] / finished:.0f}" if finished else "-")
+    console.print(table)
+    tasks = Table(title="per task: Best / Avg of the final scores (valid runs / finished runs)")
+    tasks.add_column("task")
+    for r in results.values():
+        tasks.add_column(r["policy"])
+    ids = list(dict.fromkeys(t["task_id"] for r in results.values() for t in r["per_task"]))
+    for task_id in ids:
+        cells = []
+        for r in results.values():
+            t = next((t for t in r["per_task"] if t["task_id"] == task_id), None)
+            if t is None or not t["runs"]:
+                cells.append("-")
+            elif t["best"] is None:
+                cells.append(f"no valid ({t['valid']}/{t['runs']})")
+            else:
+                cells.append(f"{t['best']:.4g} / {t['avg']:.4g} ({t['valid']}/{t['runs']})")
+        tasks.add_row(task_id, *cells)
+    console.print(tasks)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policies", default="template,bundled:qwen2.5-coder-0.5b")
+    parser.add_argument("--tasks", default="lite", help="task selector (default: lite)")
+    parser.add_argument("--seeds", default="3", help="per policy, comma-separated, or one for all")
+    parser.add_argument("--steps", default="3", help="per policy, comma-separated, or one for all")
+    parser.add_argument("--budget-s", default="0", help="wall-time budget per policy in seconds (0: none)")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--run-timeout", type=float, help="per-execution limit (default: the task's)")
+    parser.add_argument("--threads", type=int, help="torch threads for local models")
+    parser.add_argument("--max-new-tokens", type=int, default=700)
+    parser.add_argument("--root", default="bench-out/eval_lite", help="evaluation folders go here")
+    parser.add_argument("--out", type=Path, help="JSON results, updated per policy")
+    args = parser.parse_args()
+    policies = args.policies.split(",")
+    seeds = per_policy(args.seeds, len(policies), int)
+    steps = per_policy(args.steps, len(policies), int)
+    budgets = per_policy(args.budget_s, len(policies), float)
+    results: dict[str, Any] = {}
+    if args.out and args.out.is_file():
+        results = json.loads(args.out.read_text())
+    for policy, k, n, budget in zip(policies, seeds, steps, budgets):
+        results[policy] = evaluate(policy, k, n, budget, args)
+        if args.out:
+            args.out.write_text(json.dumps(results, indent=2))
+    show(results)
+
+
+if __name__ == "__main__":
+    main()

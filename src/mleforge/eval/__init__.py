@@ -1,0 +1,14 @@
+"""Evaluation: run a policy over a suite of tasks for several seeds, aggregate like MLE-bench, report.
+
+    from mleforge.eval.config import EvalConfig
+    from mleforge.eval.runner import run_eval
+    from mleforge.eval.report import write_report
+
+    result = run_eval(EvalConfig(policy="template", tasks="lite", seeds=3, steps=4), "runs/eval/template")
+    result.aggregate["metrics"]["any_medal"]     # {"mean": ..., "sem": ..., "n": 3, "per_seed": {...}}
+    write_report([result.eval_dir], "runs/eval/template/report")
+
+Modules: `config` (EvalConfig), `runner` (the grid), `records` (per-run reports), `aggregate`
+(the pure aggregation math), `contamination` (the training-set guard), `report`, `sections`
+and `plots` (Markdown and HTML). This package imports nothing itself.
+"""
