@@ -1,18 +1,27 @@
-"""Per-run overhead and throughput of the executors.
+"""Per-run overhead, throughput and leaks of the executors, measured in one run.
 
-    python benchmarks/sandbox.py [--task titanic] [--repeats 10] [--out results.json]
+    python benchmarks/sandbox.py [--task titanic] [--repeats 10] [--pool-runs 1000] [--out bench-out/sandbox.json]
 
-Rows: an empty script and a pandas + scikit-learn import script, run as bare
-`python script.py` (the floor), by the local executor unisolated, and by the
-local executor under bwrap; then runs per second of the import script with 1, 2
-and 4 concurrent workers. The data root is $MLEFORGE_DATA (the task is prepared
-if needed).
+1. Per-run time of an empty script and of a pandas + scikit-learn import script,
+   as (a) bare `python script.py`, (b) the local executor unisolated, (c) the
+   local executor under bwrap, (d) the warm pool, (e) a result-cache hit.
+2. Throughput (runs per second) of the import script with 1, 2 and 4 concurrent
+   runs, for the local executor and the warm pool.
+3. `--pool-runs` runs through one warm pool (a mix of honest, crashing and
+   process-leaving scripts), then: no process left, no workspace or temporary
+   folder left, no descriptor leaked.
+
+The targets: the pool's per-run time at least 10x below bare `python` with the
+imports, and bwrap adding under 10% to a bare run. The data root is
+$MLEFORGE_DATA (the task is prepared if needed). Writes JSON and prints tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -24,28 +33,41 @@ SCRIPTS = {
     "empty": "pass\n",
     "pandas+sklearn": "import pandas, sklearn.ensemble\n",
 }
+LEAK_MIX = [
+    "import pandas as pd\npd.read_csv('input/train.csv').head(3).to_csv('submission/submission.csv')",
+    "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\nprint('left a child')",
+    "import tempfile\nopen('working/x', 'w').write('x' * 100000)\ntempfile.mkstemp()\n1 / 0",
+    "import os\nos.kill(os.getpid(), 9)",
+    "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()",
+]
 
 
-def _bare(script: str, repeats: int) -> list[float]:
-    times = []
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "script.py"
-        path.write_text(script)
-        for _ in range(repeats):
-            start = time.perf_counter()
-            subprocess.run([sys.executable, str(path)], cwd=folder, check=True, capture_output=True)
-            times.append(time.perf_counter() - start)
-    return times
+def _bare_once(path: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, str(path)], cwd=path.parent, check=True, capture_output=True)
+    return time.perf_counter() - start
 
 
-def _executor_times(executor, script: str, task, repeats: int) -> list[float]:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = executor.run(script, task)
-        times.append(time.perf_counter() - start)
-        if not result.ok:
-            raise SystemExit(f"benchmark script failed under {executor.isolation}: {result.stderr[-2000:]}")
+def _executor_once(executor, script: str, task) -> float:
+    start = time.perf_counter()
+    result = executor.run(script, task)
+    elapsed = time.perf_counter() - start
+    if not result.ok:
+        raise SystemExit(f"benchmark script failed under {executor.name}: {result.stderr[-2000:]}")
+    executor.discard(result)
+    return elapsed
+
+
+def _interleaved(backends: dict, repeats: int) -> dict[str, list[float]]:
+    """Each repeat times every backend once, in a rotated order: the load of a busy
+    machine drifts over minutes, and must not favour whoever ran at a quiet moment."""
+    for measure in backends.values():
+        measure()  # warm: the page cache, a pool's zygote, the cache's first (missing) run
+    names = list(backends)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for repeat in range(repeats):
+        for name in names[repeat % len(names):] + names[: repeat % len(names)]:
+            times[name].append(backends[name]())
     return times
 
 
@@ -57,15 +79,68 @@ def _row(backend: str, script: str, times: list[float]) -> dict:
     }
 
 
-def _throughput(executor, task, workers: int, runs: int) -> dict:
+def _throughput(label: str, executor, task, workers: int, runs: int) -> dict:
     scripts = [SCRIPTS["pandas+sklearn"]] * runs
     start = time.perf_counter()
     results = executor.run_many(scripts, task, max_workers=workers)
     elapsed = time.perf_counter() - start
+    for result in results:
+        executor.discard(result)
     return {
-        "backend": f"local ({executor.isolation})", "workers": workers, "runs": runs,
-        "ok": sum(r.ok for r in results), "seconds": round(elapsed, 3),
-        "runs_per_s": round(runs / elapsed, 3),
+        "backend": label, "workers": workers, "runs": runs, "ok": sum(r.ok for r in results),
+        "seconds": round(elapsed, 3), "runs_per_s": round(runs / elapsed, 3),
+    }
+
+
+def _descendants(pid: int) -> list[int]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    tree.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    found, stack = [], [pid]
+    while stack:
+        for child in tree.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def _leak_check(pool, task, runs: int) -> dict:
+    from mleforge.sandbox import RunLimits
+    from mleforge.sandbox.process import marked_processes
+
+    limits = RunLimits.of(None, task.spec.limits, timeout_s=30)
+    pool.run("pass", task, limits)
+    fds = sorted(os.listdir("/proc/self/fd"))
+    temp = {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("mleforge")}
+    scripts = [LEAK_MIX[i % len(LEAK_MIX)] for i in range(runs)]
+    start = time.perf_counter()
+    results = pool.run_many(scripts, task, limits, max_workers=2)
+    elapsed = time.perf_counter() - start
+    for result in results:
+        pool.discard(result)
+    (zygote,) = [z for z in pool.zygotes if z["key"][-2] == limits.cpus]  # key: (..., cpus, isolation)
+    expected = 2 if pool.isolation == "bwrap" else 0  # bwrap's monitor and init, then the zygote
+    for _ in range(100):
+        if len(_descendants(zygote["pid"])) == expected:
+            break
+        time.sleep(0.05)
+    left_processes = sum(len(marked_processes(r.run_id.encode())) for r in results)
+    left_files = sorted(p.name for p in pool.workspaces_dir.iterdir() if p.name not in (".lock", "submissions", "zygotes"))
+    left_files += [f"submissions/{p.name}" for p in (pool.workspaces_dir / "submissions").iterdir()]
+    new_temp = sorted({p for p in os.listdir(tempfile.gettempdir()) if p.startswith("mleforge")} - temp)
+    return {
+        "runs": runs, "seconds": round(elapsed, 2), "runs_per_s": round(runs / elapsed, 2),
+        "ok": sum(r.ok for r in results), "killed_by_signal": sum(r.killed_by == "signal" for r in results),
+        "failed": sum(r.returncode not in (0, None) for r in results),
+        "processes_left": left_processes,
+        "zygote_descendants": len(_descendants(zygote["pid"])) - expected,
+        "workspace_entries_left": left_files, "temp_entries_left": new_temp,
+        "fds_leaked": len(set(os.listdir("/proc/self/fd")) - set(fds)),
     }
 
 
@@ -74,57 +149,97 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", default="titanic")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--throughput-runs", type=int, default=8)
-    parser.add_argument("--out", help="write the rows as JSON here")
+    parser.add_argument("--pool-runs", type=int, default=1000, help="runs of the pool leak check (0: skip)")
+    parser.add_argument("--out", type=Path, default=Path("bench-out/sandbox.json"))
     args = parser.parse_args(argv)
 
     from rich.console import Console
     from rich.table import Table
 
+    from mleforge.sandbox.caching import CachingExecutor
     from mleforge.sandbox.local import LocalExecutor
+    from mleforge.sandbox.pool import PoolExecutor
+    from mleforge.sandbox.workspace import remove_tree
     from mleforge.tasks.prepare import prepare
     from mleforge.tasks.registry import TaskRegistry
 
     task = TaskRegistry(mlebench=False).get(args.task)
     prepare(task)
-    executors = [LocalExecutor("none")]
-    bwrap = LocalExecutor("auto")
-    if bwrap.isolation == "bwrap":
-        executors.append(bwrap)
-    else:
-        bwrap.close()
-    overhead, throughput = [], []
+    scratch = Path(tempfile.mkdtemp(prefix="mleforge-bench-"))
+    local_none = LocalExecutor("none", base_dir=scratch / "ws")
+    local_bwrap = LocalExecutor("auto", base_dir=scratch / "ws")
+    pool = PoolExecutor("auto", base_dir=scratch / "ws")
+    cached = CachingExecutor(PoolExecutor("auto", base_dir=scratch / "ws", preload=["json"]), scratch / "cache.sqlite")
+    executors = [("local (none)", local_none), (f"local ({local_bwrap.isolation})", local_bwrap),
+                 (f"pool ({pool.isolation})", pool)]
+    overhead, throughput, leaks = [], [], None
     try:
         for name, script in SCRIPTS.items():
-            _bare(script, 1)  # warm the page cache for everyone alike
-            overhead.append(_row("bare python", name, _bare(script, args.repeats)))
-            for executor in executors:
-                executor.run(script, task)
-                times = _executor_times(executor, script, task, args.repeats)
-                overhead.append(_row(f"local ({executor.isolation})", name, times))
-        for executor in executors:
+            bare_script = scratch / name.replace("+", "_") / "script.py"
+            bare_script.parent.mkdir()
+            bare_script.write_text(script)
+            backends = {"(a) bare python": functools.partial(_bare_once, bare_script)}
+            for (label, executor), letter in zip([*executors, ("cache hit", cached)], "bcde"):
+                backends[f"({letter}) {label}"] = functools.partial(_executor_once, executor, script, task)
+            for backend, times in _interleaved(backends, args.repeats).items():
+                overhead.append(_row(backend, name, times))
+        for label, executor in executors[1:]:
             for workers in (1, 2, 4):
-                throughput.append(_throughput(executor, task, workers, args.throughput_runs))
+                throughput.append(_throughput(label, executor, task, workers, args.throughput_runs))
+        if args.pool_runs:
+            leaks = _leak_check(pool, task, args.pool_runs)
     finally:
-        for executor in executors:
+        for _, executor in executors:
             executor.close()
+        cached.close()
+        remove_tree(scratch)
+
+    def stat(backend_prefix: str, script: str, which: str = "median_s") -> float:
+        return next(r[which] for r in overhead if r["backend"].startswith(backend_prefix) and r["script"] == script)
+
+    heavy = "pandas+sklearn"
+    a, b, c, d = (stat(x, heavy) for x in ("(a)", "(b)", "(c)", "(d)"))
+    targets = {
+        "pool_speedup_vs_bare": round(a / d, 1),
+        "bwrap_vs_bare_pct": round(100 * (c / a - 1), 1),
+        "bwrap_vs_local_unisolated_pct": round(100 * (c - b) / a, 1),
+        # The least disturbed runs, for a machine others load as well:
+        "pool_speedup_vs_bare_min": round(stat("(a)", heavy, "min_s") / stat("(d)", heavy, "min_s"), 1),
+        "bwrap_vs_bare_pct_min": round(100 * (stat("(c)", heavy, "min_s") / stat("(a)", heavy, "min_s") - 1), 1),
+    }
+    targets["pool_10x_met"] = targets["pool_speedup_vs_bare"] >= 10
+    targets["bwrap_under_10pct_met"] = targets["bwrap_vs_bare_pct"] < 10
 
     console = Console()
-    table = Table(title=f"per-run time on {task.id} (median of {args.repeats})")
+    table = Table(title=f"per-run time on {task.id} (median of {args.repeats}, interleaved; the run's whole call)")
     for column in ("backend", "script", "median s", "min s", "p90 s"):
         table.add_column(column)
     for row in overhead:
         table.add_row(row["backend"], row["script"], f"{row['median_s']:.3f}", f"{row['min_s']:.3f}",
                       f"{row['p90_s']:.3f}")
     console.print(table)
-    table = Table(title=f"throughput: {args.throughput_runs} pandas+sklearn runs")
+    table = Table(title=f"throughput: {args.throughput_runs} {heavy} runs")
     for column in ("backend", "workers", "seconds", "runs/s", "ok"):
         table.add_column(column)
     for row in throughput:
         table.add_row(row["backend"], str(row["workers"]), f"{row['seconds']:.2f}", f"{row['runs_per_s']:.2f}",
                       f"{row['ok']}/{row['runs']}")
     console.print(table)
-    if args.out:
-        Path(args.out).write_text(json.dumps({"overhead": overhead, "throughput": throughput}, indent=2))
+    table = Table(title="targets")
+    table.add_column("measure")
+    table.add_column("value")
+    for key, value in targets.items():
+        table.add_row(key, str(value))
+    if leaks:
+        for key, value in leaks.items():
+            table.add_row(f"pool leak check: {key}", str(value))
+    console.print(table)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(
+        {"task": task.id, "overhead": overhead, "throughput": throughput, "targets": targets, "pool_leaks": leaks},
+        indent=2,
+    ))
+    console.print(f"written: {args.out}")
     return 0
 
 

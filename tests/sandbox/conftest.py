@@ -54,11 +54,14 @@ def sandbox_base(tmp_path_factory):
     return tmp_path_factory.mktemp("ws-base")
 
 
-def _bwrap_works(base) -> str | None:
-    from mleforge.errors import SandboxError
-    from mleforge.sandbox.local import LocalExecutor
+# Every executor the corpus and the behavioural tests run against: kind-isolation.
+EXECUTORS = ("local-bwrap", "local-none", "pool-bwrap", "pool-none", "ray-bwrap")
 
-    executor = LocalExecutor("bwrap", base_dir=base)
+
+def _bwrap_works(cls, base) -> str | None:
+    from mleforge.errors import SandboxError
+
+    executor = cls("bwrap", base_dir=base)
     try:
         executor.resolve_isolation()
         return None
@@ -68,16 +71,37 @@ def _bwrap_works(base) -> str | None:
         executor.close()
 
 
-@pytest.fixture(scope="session", params=["bwrap", "none"])
-def executor(request, sandbox_base):
-    """Every executor the corpus runs against: local under bwrap, and local unisolated."""
-    from mleforge.sandbox.local import LocalExecutor
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray cluster for the whole session (2 CPUs), shut down at the end."""
+    ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'mleforge[ray]'")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
 
-    if request.param == "bwrap":
-        why = _bwrap_works(sandbox_base)
+
+@pytest.fixture(scope="session", params=EXECUTORS)
+def executor(request, sandbox_base):
+    """Each executor, under bwrap (skipped where bwrap does not work) and unisolated."""
+    from mleforge.sandbox.local import LocalExecutor
+    from mleforge.sandbox.pool import PoolExecutor
+
+    kind, isolation = request.param.split("-")
+    if kind == "ray":
+        request.getfixturevalue("ray_cluster")
+        from mleforge.sandbox.ray_executor import RayExecutor
+
+        executor = RayExecutor(isolation="auto", base_dir=sandbox_base)
+        yield executor
+        executor.close()
+        return
+    cls = LocalExecutor if kind == "local" else PoolExecutor
+    if isolation == "bwrap":
+        why = _bwrap_works(cls, sandbox_base)
         if why:
             pytest.skip(f"bwrap is not usable here: {why}")
-    executor = LocalExecutor(request.param, base_dir=sandbox_base)
+    executor = cls(isolation, base_dir=sandbox_base)
     yield executor
     executor.close()
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from mleforge.cli.main import main
 from tests.sandbox.conftest import CANARY_TASK
 
@@ -40,3 +42,19 @@ def test_exec_tables(capsys, data_root):
 def test_exec_missing_script(capsys, data_root, tmp_path):
     code, out = _exec(capsys, data_root, str(tmp_path / "nope.py"))
     assert code == 2 and "no script" in out.err
+
+
+def test_exec_through_the_pool_and_the_cache(capsys, data_root, tmp_path):
+    cache = tmp_path / "results.sqlite"
+    args = [str(HOSTILE / "valid_solution.py"), "--json", "--executor", "pool", "--isolation", "none",
+            "--cache", str(cache)]
+    first = json.loads(_exec(capsys, data_root, *args)[1].out)
+    code, out = _exec(capsys, data_root, *args)
+    second = json.loads(out.out)
+    assert code == 0 and not first["result"]["cached"] and second["result"]["cached"]
+    assert second["grade"]["score"] == first["grade"]["score"] and second["grade"]["valid_submission"]
+
+
+def test_exec_rejects_an_unknown_executor(capsys, data_root):
+    with pytest.raises(SystemExit):
+        _exec(capsys, data_root, str(HOSTILE / "valid_solution.py"), "--executor", "nope")

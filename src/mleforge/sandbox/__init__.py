@@ -8,10 +8,22 @@
 
 Scripts run with the workspace as their cwd: they read `input/` (the task's
 public data, read-only) and write `submission/submission.csv`.
+
+Executors (`make_executor(kind)`): `local` (a process tree per run, under bwrap
+where it works), `pool` (every run forked from a zygote that has already
+imported numpy, pandas and scikit-learn; pool.py says how it is isolated) and
+`ray` (one Ray task per run, the local executor on the node; `pip install
+'mleforge[ray]'`). Any of them can sit behind a `CachingExecutor`, which turns
+an identical earlier run into a lookup in a SQLite `ResultCache`.
 """
 
+from mleforge.sandbox.cache import ResultCache
+from mleforge.sandbox.caching import CachingExecutor
 from mleforge.sandbox.executor import EXECUTOR_KINDS, Executor, make_executor
 from mleforge.sandbox.limits import RunLimits
 from mleforge.sandbox.result import KILLED_BY, ExecutionResult
 
-__all__ = ["EXECUTOR_KINDS", "KILLED_BY", "ExecutionResult", "Executor", "RunLimits", "make_executor"]
+__all__ = [
+    "EXECUTOR_KINDS", "KILLED_BY", "CachingExecutor", "ExecutionResult", "Executor", "ResultCache", "RunLimits",
+    "make_executor",
+]

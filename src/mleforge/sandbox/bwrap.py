@@ -27,6 +27,10 @@ Two ways to run it, picked by who we are:
 - as anyone else: a user namespace maps the sandbox user (65534) onto us; a
   fresh namespace per run counts processes per run; nested user namespaces
   are disabled.
+
+The warm pool's zygote lives in a sandbox of its own (`zygote_args`): the same
+system view, the workspaces folder and the task's public data, and a few
+capabilities with which each run makes its own namespaces (see pool.py).
 """
 
 from __future__ import annotations
@@ -96,17 +100,40 @@ def _parents(path: str) -> list[str]:
 
 def bwrap_args(plan: BwrapPlan) -> list[str]:
     """The argument list up to (not including) `--` and the command."""
-    args = [
-        plan.bwrap,
-        "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-        "--die-with-parent", "--new-session", "--hostname", "sandbox",
-    ]
+    args = [plan.bwrap, *_NAMESPACES, "--die-with-parent", "--new-session", "--hostname", "sandbox"]
     if plan.as_root:
         args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
         if plan.version >= (0, 8):
             args.append("--disable-userns")
+    args += system_args(plan.ro_binds, plan.passwd, plan.group)
+    if plan.version >= (0, 7):
+        args += ["--perms", "1777", "--size", str(plan.shm_mb << 20), "--tmpfs", "/dev/shm"]
+    else:  # no size for a tmpfs: the workspace's tmp/ instead, counted against disk_mb
+        args += ["--bind", str(plan.workspace / "tmp"), "/dev/shm"]
+    args += ["--bind", str(plan.workspace), SANDBOX_WORKSPACE]
+    if plan.public_dir is not None:
+        args += ["--ro-bind", str(plan.public_dir), f"{SANDBOX_WORKSPACE}/input"]
+    args += ["--bind", str(plan.workspace / "tmp"), "/tmp"]
+    # The private /tmp hides whatever lived under the host's /tmp: an interpreter or venv
+    # there (a CI clone in /tmp) is bound again on top of it.
+    under_tmp = [root for root in plan.ro_binds if root.startswith("/tmp/")]
+    for parent in sorted({p for root in under_tmp for p in _parents(root)} - {"/tmp"}):
+        args += ["--perms", "0755", "--dir", parent]  # traversable by the dropped uid
+    for root in under_tmp:
+        args += ["--ro-bind", root, root]
+    args += ["--chdir", SANDBOX_WORKSPACE, "--remount-ro", "/"]
+    return args
+
+
+_NAMESPACES = ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try")
+
+
+def system_args(ro_binds: tuple[str, ...], passwd: Path, group: Path) -> list[str]:
+    """The part every sandbox shares: the system and the interpreter read-only, a few
+    /etc files, our passwd and group, a new /proc and a minimal /dev."""
+    args = []
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
@@ -114,14 +141,10 @@ def bwrap_args(plan: BwrapPlan) -> list[str]:
             args += ["--ro-bind", path, path]
     for name in ETC_ENTRIES:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    args += ["--ro-bind", str(plan.passwd), "/etc/passwd", "--ro-bind", str(plan.group), "/etc/group"]
+    args += ["--ro-bind", str(passwd), "/etc/passwd", "--ro-bind", str(group), "/etc/group"]
     args += ["--proc", "/proc", "--dev", "/dev"]
-    if plan.version >= (0, 7):
-        args += ["--perms", "1777", "--size", str(plan.shm_mb << 20), "--tmpfs", "/dev/shm"]
-    else:  # no size for a tmpfs: the workspace's tmp/ instead, counted against disk_mb
-        args += ["--bind", str(plan.workspace / "tmp"), "/dev/shm"]
     made: set[str] = set()
-    for root in plan.ro_binds:
+    for root in ro_binds:
         # bwrap would create missing parents with the host's modes (/root is 0700):
         # make them traversable, or the dropped uid could not reach the interpreter.
         for parent in _parents(root):
@@ -129,11 +152,42 @@ def bwrap_args(plan: BwrapPlan) -> list[str]:
                 args += ["--perms", "0755", "--dir", parent]
                 made.add(parent)
         args += ["--ro-bind", root, root]
-    args += ["--bind", str(plan.workspace), SANDBOX_WORKSPACE]
+    return args
+
+
+# Where a warm pool's zygote sees what its runs need (see pool.py and zygote.py).
+ZYGOTE_ROOT = "/mleforge"
+# What the zygote keeps of root's powers: for its runs' namespaces and mounts, the uid
+# drop, and CAP_KILL so that a shim's death signal reaches its init, which by then runs
+# as the run's uid. Every run gives them all up before the script starts.
+ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_NET_ADMIN", "CAP_KILL")
+
+
+@dataclass(frozen=True)
+class ZygotePlan:
+    bwrap: str
+    session: Path  # the executor's workspaces, bound writable at ZYGOTE_ROOT/session
+    kept: Path  # kept workspaces, bound writable at ZYGOTE_ROOT/kept
+    public_dir: Path | None  # the task's public data, read-only at ZYGOTE_ROOT/input
+    passwd: Path
+    group: Path
+    ro_binds: tuple[str, ...]
+
+
+def zygote_args(plan: ZygotePlan) -> list[str]:
+    """The sandbox a warm pool's zygote lives in (as root only: its runs need uids of
+    their own). Each run then makes namespaces of its own inside it. No private data
+    is ever bound here: the zygote sees the system, the interpreter, the public data
+    and the workspaces."""
+    args = [plan.bwrap, *_NAMESPACES, "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
+    for cap in ZYGOTE_CAPS:
+        args += ["--cap-add", cap]
+    args += system_args(plan.ro_binds, plan.passwd, plan.group)
+    args += ["--tmpfs", "/dev/shm", "--dir", "/tmp", "--dir", SANDBOX_WORKSPACE]
+    args += ["--bind", str(plan.session), f"{ZYGOTE_ROOT}/session", "--bind", str(plan.kept), f"{ZYGOTE_ROOT}/kept"]
     if plan.public_dir is not None:
-        args += ["--ro-bind", str(plan.public_dir), f"{SANDBOX_WORKSPACE}/input"]
-    args += ["--bind", str(plan.workspace / "tmp"), "/tmp"]
-    args += ["--chdir", SANDBOX_WORKSPACE, "--remount-ro", "/"]
+        args += ["--ro-bind", str(plan.public_dir), f"{ZYGOTE_ROOT}/input"]
+    args += ["--chdir", "/", "--remount-ro", "/"]
     return args
 
 

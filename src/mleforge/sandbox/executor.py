@@ -22,7 +22,7 @@ from mleforge.sandbox.result import ExecutionResult
 from mleforge.tasks.spec import Limits
 from mleforge.tasks.task import Task
 
-EXECUTOR_KINDS = ("local",)  # the warm pool ("pool") and Ray ("ray") come next
+EXECUTOR_KINDS = ("local", "pool", "ray")
 
 
 @runtime_checkable
@@ -135,4 +135,12 @@ def make_executor(kind: str = "local", **options: Any) -> Executor:
         from mleforge.sandbox.local import LocalExecutor
 
         return LocalExecutor(**options)
+    if kind == "pool":
+        from mleforge.sandbox.pool import PoolExecutor
+
+        return PoolExecutor(**options)
+    if kind == "ray":
+        from mleforge.sandbox.ray_executor import RayExecutor
+
+        return RayExecutor(**options)
     raise ConfigError(f"unknown executor {kind!r}; available: {', '.join(EXECUTOR_KINDS)}")

@@ -129,10 +129,7 @@ class LocalExecutor:
     ) -> ExecutionResult:
         require_prepared(task)
         limits = RunLimits.of(limits, task.spec.limits)
-        isolation = self.resolve_isolation()
-        if isolation.kind == "bwrap":
-            if isolation.as_root:
-                _require_world_readable(task.public_dir)
+        if self.resolve_isolation().kind == "bwrap":
             for path in (task.private_dir, task.answers_path):
                 root = exposes(self._ro_binds(), path)
                 if root:
@@ -140,7 +137,24 @@ class LocalExecutor:
                         f"{path} lies inside {root}, which the sandbox binds read-only for the interpreter; "
                         "move the data root (MLEFORGE_DATA) out of it"
                     )
-        return self._execute(script, task.id, task.public_dir, limits, isolation, keep, cancel)
+        return self.run_public(script, task.id, task.public_dir, limits, keep=keep, cancel=cancel)
+
+    def run_public(
+        self,
+        script: str,
+        task_id: str,
+        public_dir: Path,
+        limits: RunLimits,
+        *,
+        keep: bool = False,
+        cancel: threading.Event | None = None,
+    ) -> ExecutionResult:
+        """`run` with the task's public data given as a folder, for callers that hold
+        no Task (a Ray node has a copy of the public data, and only of it)."""
+        isolation = self.resolve_isolation()
+        if isolation.kind == "bwrap" and isolation.as_root:
+            _require_world_readable(public_dir)
+        return self._execute(script, task_id, public_dir, limits, isolation, keep, cancel)
 
     async def run_batch(
         self,
@@ -231,7 +245,7 @@ class LocalExecutor:
 
     def _probe(self, candidate: Isolation) -> str | None:
         """None if a trivial script runs under `candidate`, else what went wrong."""
-        key = (candidate, self.python, self.extra_ro_binds)
+        key = (self.name, candidate, self.python, self.extra_ro_binds)
         with _probe_lock:
             if key in _probed:
                 return _probed[key]
@@ -277,17 +291,7 @@ class LocalExecutor:
             owner=(uid, uid) if uid is not None else None, keep=keep,
         )
         try:
-            status_r, status_w = os.pipe()
-            try:
-                command, env, cwd = self._command(ws, run_id, public_dir, limits, isolation, uid, status_w)
-            except BaseException:
-                os.close(status_r)
-                os.close(status_w)
-                raise
-            # From here on _spawn_and_watch owns (and closes) both ends.
-            watched, fallback_cpu = self._spawn_and_watch(
-                command, env, cwd, (status_r, status_w), ws, run_id, limits, isolation, cancel
-            )
+            watched, fallback_cpu = self._launch(ws, run_id, public_dir, limits, isolation, uid, cancel)
             submission, refused = take_submission(ws, session.path / "submissions")
         finally:
             if keep:
@@ -299,6 +303,28 @@ class LocalExecutor:
             run_id, task_id, script, limits, isolation, watched, submission, refused,
             fallback_cpu, ws if keep else None,
         )
+
+    def _launch(
+        self,
+        ws: Workspace,
+        run_id: str,
+        public_dir: Path | None,
+        limits: RunLimits,
+        isolation: Isolation,
+        uid: int | None,
+        cancel: threading.Event | None,
+    ) -> tuple[Watched, float]:
+        """Start the run's processes in a ready workspace and watch them until they are
+        gone: (what was seen, the CPU time to report if the supervisor could not)."""
+        status_r, status_w = os.pipe()
+        try:
+            command, env, cwd = self._command(ws, run_id, public_dir, limits, isolation, uid, status_w)
+        except BaseException:
+            os.close(status_r)
+            os.close(status_w)
+            raise
+        # From here on _spawn_and_watch owns (and closes) both ends.
+        return self._spawn_and_watch(command, env, cwd, (status_r, status_w), ws, run_id, limits, isolation, cancel)
 
     def _command(
         self,
@@ -312,19 +338,8 @@ class LocalExecutor:
     ) -> tuple[list[str], dict[str, str], str]:
         sandboxed = isolation.kind == "bwrap"
         inside = bw.SANDBOX_WORKSPACE if sandboxed else str(ws.path)
-        config = {
-            "script": f"{inside}/script.py",
-            "status_fd": status_fd,
-            "timeout_s": limits.timeout_s,
-            "rlimits": _rlimits(limits),
-            # Root is exempt from RLIMIT_NPROC; without a sandbox, as another user, the
-            # limit counts all of the user's processes, so it is set relative to them.
-            "nproc": None if (isolation.as_root and not sandboxed) else limits.nproc,
-            "nproc_relative": not sandboxed,
-            "drop_to": [uid, uid] if uid is not None else None,
-            "subreaper": not sandboxed,  # inside bwrap the pid namespace does this job
-            "pdeathsig": not sandboxed,  # inside bwrap --die-with-parent does
-        }
+        config = supervisor_config(f"{inside}/script.py", status_fd, limits, isolation, _rlimits(limits))
+        config["drop_to"] = [uid, uid] if uid is not None else None
         env = sandbox_env(
             workspace=inside, tmpdir="/tmp" if sandboxed else str(ws.path / "tmp"),
             python_bin=os.path.dirname(self.python), cpus=limits.cpus, run_id=run_id,
@@ -455,6 +470,26 @@ class LocalExecutor:
             workspace=str(kept.path) if kept else None,
             script_sha256=hashlib.sha256(script.encode("utf-8")).hexdigest(), limits=limits.to_dict(),
         )
+
+
+def supervisor_config(
+    script: str, status_fd: int, limits: RunLimits, isolation: Isolation, rlimits: list[list]
+) -> dict:
+    """What supervisor.py is told, but the uid to drop to."""
+    sandboxed = isolation.kind == "bwrap"
+    return {
+        "script": script,
+        "status_fd": status_fd,
+        "timeout_s": limits.timeout_s,
+        "rlimits": rlimits,
+        # Root is exempt from RLIMIT_NPROC; without a sandbox, as another user, the
+        # limit counts all of the user's processes, so it is set relative to them.
+        "nproc": None if (isolation.as_root and not sandboxed) else limits.nproc,
+        "nproc_relative": not sandboxed,
+        "drop_to": None,
+        "subreaper": not sandboxed,  # inside bwrap the pid namespace does this job
+        "pdeathsig": not sandboxed,  # inside bwrap --die-with-parent does
+    }
 
 
 _readable_checked: set[tuple[str, int]] = set()

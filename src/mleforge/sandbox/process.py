@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import selectors
@@ -23,6 +24,25 @@ POLL_S = 0.05  # only without pidfd (kernels before 5.3)
 DRAIN_S = 1.0  # reading what is left in the pipes after the process ended
 STUCK_S = 10.0  # after a SIGKILL; only an uninterruptible process outlives this
 STATUS_KEEP = 1 << 16
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """What `watch` needs of a run's first process, however it was started: the read
+    ends of its stdout and stderr, and how to tell that it has exited."""
+
+    stdout_fd: int
+    stderr_fd: int
+    exited: Callable[[], bool]  # without reaping it
+    exit_fd: int | None = None  # readable once it has exited (a pidfd); None: poll
+    owns_exit_fd: bool = False  # watch closes exit_fd when done
+
+    @classmethod
+    def of_popen(cls, proc: subprocess.Popen) -> Spawned:
+        return cls(
+            proc.stdout.fileno(), proc.stderr.fileno(), functools.partial(_exited, proc.pid),
+            _pidfd(proc.pid), owns_exit_fd=True,
+        )
 
 
 @dataclass
@@ -69,7 +89,7 @@ def _parse_events(raw: bytes) -> list[dict]:
 
 
 def watch(
-    proc: subprocess.Popen,
+    proc: subprocess.Popen | Spawned,
     status_fd: int,
     limits: RunLimits,
     started: float,
@@ -80,14 +100,15 @@ def watch(
 ) -> Watched:
     """Read everything until the process is gone; kill it on a limit. `kill(thorough)`
     must end every process of the run (`thorough`: the supervisor may not have)."""
+    spawned = proc if isinstance(proc, Spawned) else Spawned.of_popen(proc)
     out = CappedCapture(limits.output_head_bytes, limits.output_tail_bytes)
     err = CappedCapture(limits.output_head_bytes, limits.output_tail_bytes)
     status = CappedCapture(0, STATUS_KEEP)
-    captures = {proc.stdout.fileno(): out, proc.stderr.fileno(): err, status_fd: status}
+    captures = {spawned.stdout_fd: out, spawned.stderr_fd: err, status_fd: status}
     selector = selectors.DefaultSelector()
     for fd in captures:
         selector.register(fd, selectors.EVENT_READ)
-    pidfd = _pidfd(proc.pid)
+    pidfd = spawned.exit_fd
     if pidfd is not None:
         selector.register(pidfd, selectors.EVENT_READ)
     # The supervisor enforces timeout_s itself; this is the backstop if it cannot.
@@ -141,7 +162,7 @@ def watch(
                 capture.feed(chunk)
                 if capture is not status and capture.total > limits.output_limit_bytes:
                     stop("output")
-            if ended is None and _exited(proc.pid):
+            if ended is None and spawned.exited():
                 ended = time.monotonic()
                 drain_until = ended + DRAIN_S
                 # Whatever the script left running must not hold our pipes open.
@@ -159,7 +180,7 @@ def watch(
                     next_disk = now + DISK_CHECK_S
     finally:
         selector.close()
-        if pidfd is not None:
+        if pidfd is not None and spawned.owns_exit_fd:
             os.close(pidfd)
     if captures:  # a leftover process still holds a pipe: end it for good
         kill(True)

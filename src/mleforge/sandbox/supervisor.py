@@ -19,6 +19,11 @@ Waiting with `wait4` on our own child is what gives exact exit statuses and
 per-run rusage (the parent's RUSAGE_CHILDREN would mix concurrent runs, and
 bwrap reports a signal death as an exit code of 128 + signal).
 
+The warm pool (zygote.py) runs this file as a module in its zygote and calls
+`supervise(cfg)` in a fresh fork per run, with `warm` set: the script's
+process then reseeds the random generators it inherited and ends without
+tearing down the preloaded modules (`_exit_warm`).
+
 The script can reach this process (it is its parent) and could kill it or
 write to the status pipe through /proc; the executor treats a missing status as
 a signal death and takes the last status line, written after the script's
@@ -150,9 +155,24 @@ def _is_zombie(pid: int) -> bool:
         return True
 
 
-def _run_script(script: str, status_fd: int, pdeathsig: bool) -> None:
+def _forget_the_zygote() -> None:
+    """A warm pool's run is a fork of a process that has imported `random` and numpy:
+    without fresh seeds every run would draw the same "random" numbers. And tempfile
+    must look at this run's $TMPDIR, not at one it may have cached in the zygote."""
+    for name in ("random", "numpy.random"):
+        module = sys.modules.get(name)
+        if module is not None:
+            module.seed()
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile.tempdir = None
+
+
+def _run_script(script: str, status_fd: int, pdeathsig: bool, warm: bool = False) -> None:
     """In the forked child: become the script. Never returns."""
     os.close(status_fd)
+    if warm:
+        _forget_the_zygote()
     os.setpgid(0, 0)
     if pdeathsig:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -171,27 +191,68 @@ def _run_script(script: str, status_fd: int, pdeathsig: bool) -> None:
     main.__file__ = script
     main.__spec__ = None
     main.__loader__ = _frozen_importlib_external.SourceFileLoader("__main__", script)
-    main.__builtins__ = __builtins__
+    main.__builtins__ = sys.modules["builtins"]  # a module, whoever exec'd this file
     sys.modules["__main__"] = main
+    code = 0
     try:
         with open(script, "rb") as f:
             source = f.read()
         # dont_inherit: the script must not get this file's compiler flags.
         exec(compile(source, script, "exec", dont_inherit=True), main.__dict__)
-    except SystemExit:
-        raise
+    except SystemExit as exc:
+        if not warm:
+            raise
+        code = exc.code
     except BaseException as exc:
         # Show the traceback as `python script.py` would, without our frames.
         tb = exc.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename != script:
             tb = tb.tb_next
         sys.excepthook(type(exc), exc, tb)
-        sys.exit(1)
-    sys.exit(0)
+        code = 1
+    if warm:
+        _exit_warm(code, main)
+    sys.exit(code)
+
+
+def _exit_warm(code, main) -> None:
+    """End a warm pool's run as interpreter shutdown would, less tearing down the modules
+    the zygote preloaded (which costs hundreds of ms with pandas and scikit-learn):
+    non-daemon threads are waited for, atexit handlers run, the script's globals are
+    released (so its open files are flushed and closed), the output is flushed."""
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:  # sys.exit("message"), as the interpreter reports it
+        sys.stderr.write(f"{code}\n")
+        status = 1
+    import atexit
+    import gc
+
+    try:
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading._shutdown()
+        atexit._run_exitfuncs()
+        main.__dict__.clear()
+        gc.collect()
+    except BaseException as exc:  # noqa: BLE001 - shutdown goes on, as the interpreter's would
+        sys.stderr.write(f"Exception during shutdown: {exc!r}\n")
+    for stream in (sys.stdout, sys.stderr):
+        try:  # noqa: SIM105
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(status & 0xFF)
 
 
 def main() -> None:
-    cfg = marshal.loads(bytes.fromhex(sys.argv[2]))
+    supervise(marshal.loads(bytes.fromhex(sys.argv[2])))
+
+
+def supervise(cfg: dict) -> None:
+    """Everything after reading the config: also where a warm pool's fresh fork starts."""
     status_fd = cfg["status_fd"]
     _close_inherited(status_fd)
     for name in _IGNORED_HERE:
@@ -225,7 +286,7 @@ def main() -> None:
 
     child = os.fork()
     if child == 0:
-        _run_script(cfg["script"], status_fd, bool(cfg.get("pdeathsig")))
+        _run_script(cfg["script"], status_fd, bool(cfg.get("pdeathsig")), bool(cfg.get("warm")))
     _emit(status_fd, {"event": "spawned", "pid": child})
 
     timed_out = False

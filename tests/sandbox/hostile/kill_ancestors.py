@@ -7,10 +7,12 @@ import signal
 import sys
 import time
 
-# Belt and braces: never run this outside the sandbox's pid namespace, whose pid 1 is bwrap.
+# Belt and braces: never run this outside the sandbox's pid namespace, whose pid 1 is
+# bwrap (local executor) or the warm pool's run init.
 with open("/proc/1/cmdline", "rb") as f:
-    init = os.path.basename(f.read().split(b"\0")[0])
-    if init != b"bwrap" or os.uname().nodename != "sandbox":
+    cmdline = f.read()
+    init = os.path.basename(cmdline.split(b"\0")[0])
+    if (init != b"bwrap" and b"\0mleforge-run-init\0" not in cmdline) or os.uname().nodename != "sandbox":
         print("refusing: not inside the bwrap sandbox")
         sys.exit(3)
 pid = os.getppid()

@@ -1,0 +1,325 @@
+"""The warm pool: every run is a fresh fork of a zygote that has already imported numpy,
+pandas and scikit-learn, so no run pays interpreter start-up and those imports.
+
+    parent (this process)                 zygote's sandbox (bwrap: system, interpreter, public data,
+                                          workspaces; never the private answers)
+    create workspace ─ request + fds ──>  zygote ─fork─> shim: new mount/pid/net/ipc/uts namespaces,
+    watch: output, status, deadline,                     the run's workspace at /workspace, other
+           disk, cancel (as local)                       runs hidden ─fork─> init (pid 1, drops to
+    take submission, remove workspace                    the run's uid) ─fork─> supervisor ─> script
+
+Isolation, compared with the local executor under bwrap (same limits, same
+supervisor, same result):
+
+- the same: the script sees the system and the interpreter read-only, its own
+  workspace at /workspace with the public data read-only, a private /tmp and
+  /dev/shm, a new /proc of its own pid namespace, a network namespace with only
+  loopback, its own ipc and uts namespaces, no capability, a uid of its own
+  (so RLIMIT_NPROC counts per run and it can touch no other run's files), and
+  no_new_privs. The private answers are never bound into the zygote's sandbox.
+  Everything of a run dies with its pid namespace's init, which the executor
+  kills through a pidfd; a shim exits only after that.
+- different: the script's process is a fork of the zygote, so it holds a copy
+  of the zygote's memory (modules, nothing secret: the zygote never sees a
+  script, credentials or private data) and inherits its preloaded modules.
+  RLIMIT_DATA and RLIMIT_AS are memory_mb (and the address-space limit) *on
+  top of* what the zygote already uses (measured at start: ~200-300 MB with the
+  default preload), so a run gets that much more than under the local
+  executor, where the same imports count against memory_mb. peak_memory_mb
+  includes the inherited resident set. `random` and numpy's global generator
+  are reseeded in each run, and tempfile forgets any folder it cached. A run
+  ends as interpreter shutdown would (threads joined, atexit handlers run, the
+  script's globals released and output flushed) but without tearing the
+  preloaded modules down, which would cost hundreds of milliseconds: an object
+  kept alive only inside another module is not finalized. One zygote serves one
+  task's data (and CPU share, since BLAS thread pools are sized at import): the
+  pool keeps up to `max_zygotes` of them.
+- unisolated, the pool is a little stricter than the local executor: the shim
+  is a subreaper and kills whatever the script left once the supervisor is gone.
+- the isolated pool needs root (the zygote keeps CAP_SYS_ADMIN, CAP_NET_ADMIN,
+  CAP_SETUID and CAP_SETGID inside its sandbox to make each run's namespaces;
+  every run drops them all). As any other user, or without bwrap, the pool runs
+  unisolated, with the same loud warning as the local executor.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from mleforge.errors import ConfigError, SandboxError
+from mleforge.sandbox import bwrap as bw
+from mleforge.sandbox.env import sandbox_env
+from mleforge.sandbox.forkserver import RUN_ID_SLOT, RunChannel, Zygote, ZygoteGone, zygote_command
+from mleforge.sandbox.limits import MIB, RunLimits
+from mleforge.sandbox.local import Isolation, LocalExecutor, _rlimits, supervisor_config
+from mleforge.sandbox.process import Spawned, Watched, sweep, watch
+from mleforge.sandbox.workspace import Workspace, _private_dir, disk_usage
+
+log = logging.getLogger("mleforge.sandbox")
+
+DEFAULT_PRELOAD = (
+    "numpy", "pandas", "scipy", "sklearn", "sklearn.ensemble", "sklearn.linear_model",
+    "sklearn.model_selection", "sklearn.metrics", "sklearn.preprocessing",
+)
+STATUS_FD = 3  # zygote.STATUS_FD
+ZYGOTES_DIR = "zygotes"  # in the session folder: the zygotes' logs, passwd and group
+NEEDS_ROOT = "the warm pool isolates runs with a uid of their own, which needs root"
+
+
+class PoolExecutor(LocalExecutor):
+    """A LocalExecutor whose runs are forked from warm zygotes (see the module docstring).
+
+    `preload`: modules every zygote imports (a missing one is skipped). `max_zygotes`:
+    how many zygotes (one per task data and CPU share) stay warm at once.
+    """
+
+    name = "pool"
+
+    def __init__(
+        self,
+        isolation: str = "auto",
+        *,
+        python: str | None = None,
+        base_dir: str | Path | None = None,
+        max_workers: int | None = None,
+        extra_ro_binds: Sequence[str | Path] = (),
+        preload: Sequence[str] = DEFAULT_PRELOAD,
+        max_zygotes: int = 4,
+    ):
+        super().__init__(
+            isolation, python=python, base_dir=base_dir, max_workers=max_workers, extra_ro_binds=extra_ro_binds
+        )
+        if isinstance(max_zygotes, bool) or not isinstance(max_zygotes, int) or max_zygotes < 1:
+            raise ConfigError(f"max_zygotes must be a positive integer; got {max_zygotes!r}")
+        self.preload = tuple(preload)
+        self.max_zygotes = max_zygotes
+        self._zygotes: collections.OrderedDict[tuple, Zygote] = collections.OrderedDict()
+        self._zygote_lock = threading.Lock()
+        self._started = 0  # zygotes started so far (names their logs)
+
+    def close(self) -> None:
+        with self._zygote_lock:
+            zygotes = list(self._zygotes.values())
+            self._zygotes.clear()
+        for zygote in zygotes:
+            zygote.close()
+        super().close()
+
+    def __enter__(self) -> PoolExecutor:
+        return self
+
+    @property
+    def zygotes(self) -> list[dict]:
+        """What each warm zygote loaded, and its pid (for logs and tests)."""
+        with self._zygote_lock:
+            return [{**z.ready, "key": z.key, "pid": z.proc.pid, "users": z.users} for z in self._zygotes.values()]
+
+    # -- isolation ------------------------------------------------------------------
+
+    def _choose_isolation(self) -> Isolation:
+        if os.geteuid() != 0 and self.requested != "none":
+            if self.requested == "bwrap":
+                raise SandboxError(f"bwrap isolation was asked for, but {NEEDS_ROOT}; use the local executor")
+            return self._unisolated(f"{NEEDS_ROOT} (the local executor isolates runs as any user)", False)
+        return super()._choose_isolation()
+
+    def _probe(self, candidate: Isolation) -> str | None:
+        """Probe with a zygote that preloads nothing (no task data: see _start), then stop it."""
+        try:
+            return super()._probe(candidate)
+        finally:
+            self._stop_zygotes(lambda key: key[0] is None)
+
+    # -- zygotes --------------------------------------------------------------------
+
+    def _acquire(self, public_dir: Path | None, limits: RunLimits, isolation: Isolation) -> Zygote:
+        key = _zygote_key(public_dir, limits.cpus, isolation.kind)
+        with self._zygote_lock:
+            zygote = self._zygotes.get(key)
+            if zygote is not None and not zygote.alive():
+                log.warning("a warm pool zygote died (exit %s); starting another: %s",
+                            zygote.proc.returncode, zygote.log_tail()[-500:])
+                del self._zygotes[key]
+                zygote.close()
+                zygote = None
+            if zygote is None:
+                self._evict_idle(self.max_zygotes - 1)
+                zygote = self._start(key, public_dir, limits.cpus, isolation)
+                self._zygotes[key] = zygote
+            self._zygotes.move_to_end(key)
+            zygote.users += 1
+            return zygote
+
+    def _release(self, zygote: Zygote) -> None:
+        with self._zygote_lock:
+            zygote.users -= 1
+
+    def _evict_idle(self, keep: int) -> None:
+        """Stop the least recently used idle zygotes until at most `keep` remain (a busy
+        one is never stopped: its runs would die with it)."""
+        for key in list(self._zygotes):
+            if len(self._zygotes) <= keep:
+                return
+            if self._zygotes[key].users == 0:
+                self._zygotes.pop(key).close()
+
+    def _stop_zygotes(self, which: Callable[[tuple], bool]) -> None:
+        with self._zygote_lock:
+            stopping = [self._zygotes.pop(k) for k in list(self._zygotes) if which(k)]
+        for zygote in stopping:
+            zygote.close()
+
+    def _start(self, key: tuple, public_dir: Path | None, cpus: int, isolation: Isolation) -> Zygote:
+        session = self._get_session()
+        sandboxed = isolation.kind == "bwrap"
+        self._started += 1
+        folder = session.path / ZYGOTES_DIR
+        folder.mkdir(mode=0o700, exist_ok=True)
+        log_path = folder / f"zygote-{self._started}.log"
+        command = zygote_command(self.python)
+        if sandboxed:
+            _private_dir(session.kept_dir)
+            passwd, group = bw.passwd_text(bw.SANDBOX_UID, bw.SANDBOX_UID)
+            (folder / "passwd").write_text(passwd)
+            (folder / "group").write_text(group)
+            plan = bw.ZygotePlan(
+                bwrap=isolation.bwrap or "bwrap", session=session.path, kept=session.kept_dir,
+                public_dir=public_dir, passwd=folder / "passwd", group=folder / "group",
+                ro_binds=self._ro_binds(),
+            )
+            command = [*bw.zygote_args(plan), "--", *command]
+        env = sandbox_env(
+            workspace=bw.SANDBOX_WORKSPACE, tmpdir="/tmp" if sandboxed else str(session.path),
+            python_bin=os.path.dirname(self.python), cpus=cpus, run_id=RUN_ID_SLOT,
+        )
+        config = {
+            # The probe's zygote (no task data) needs no warm modules.
+            "preload": list(self.preload) if public_dir is not None else [],
+            "isolated": sandboxed,
+            "has_input": public_dir is not None,
+        }
+        zygote = Zygote.start(key, command, env, str(session.path), config, log_path)
+        if zygote.ready.get("failed"):
+            log.info("the warm pool could not preload %s", ", ".join(zygote.ready["failed"]))
+        return zygote
+
+    # -- one run --------------------------------------------------------------------
+
+    def _launch(
+        self,
+        ws: Workspace,
+        run_id: str,
+        public_dir: Path | None,
+        limits: RunLimits,
+        isolation: Isolation,
+        uid: int | None,
+        cancel: threading.Event | None,
+    ) -> tuple[Watched, float]:
+        sandboxed = isolation.kind == "bwrap"
+        if sandboxed:
+            passwd, group = bw.passwd_text(uid, uid)
+            (ws.run_dir / "passwd").write_text(passwd)
+            (ws.run_dir / "group").write_text(group)
+        reads, writes = [], []
+        for _ in range(3):  # stdout, stderr, status
+            r, w = os.pipe()
+            reads.append(r)
+            writes.append(w)
+        zygote = run = None
+        try:
+            started = time.monotonic()
+            try:
+                zygote, run = self._spawn(ws, run_id, public_dir, limits, isolation, uid, writes)
+            finally:
+                for fd in writes:
+                    os.close(fd)  # the run holds them now
+            watched, cpu = self._watch(run, reads, ws, run_id, limits, sandboxed, started, cancel)
+            if watched.exit_code is None and watched.last("exit") is None and not zygote.alive():
+                raise SandboxError(
+                    "the warm pool's zygote ended during the run (the pool was closed, or the zygote "
+                    "died), and the run with it"
+                )
+            return watched, cpu
+        finally:
+            for fd in reads:
+                os.close(fd)
+            if run is not None:
+                run.close()
+            if zygote is not None:
+                self._release(zygote)
+
+    def _spawn(self, ws, run_id, public_dir, limits, isolation, uid, writes) -> tuple[Zygote, RunChannel]:
+        """Ask a zygote for the run; a zygote found dead is replaced once."""
+        for attempt in (1, 2):
+            zygote = self._acquire(public_dir, limits, isolation)
+            try:
+                request = self._request(ws, run_id, limits, isolation, uid, zygote.ready)
+                return zygote, zygote.spawn(request, tuple(writes))
+            except ZygoteGone as exc:
+                log.warning("%s; a warm pool zygote died, starting another", exc)
+                self._release(zygote)
+                self._stop_zygotes(lambda key, gone=zygote: self._zygotes.get(key) is gone)
+                if attempt == 2:
+                    raise
+            except BaseException:
+                self._release(zygote)
+                raise
+        raise AssertionError("unreachable")
+
+    def _request(self, ws, run_id, limits, isolation, uid, ready: dict) -> dict:
+        sandboxed = isolation.kind == "bwrap"
+        inside = bw.SANDBOX_WORKSPACE if sandboxed else str(ws.path)
+        # What the zygote already uses is not the script's: the limits come on top.
+        rlimits = _rlimits(limits)
+        extra = {"RLIMIT_DATA": int(ready.get("data_kb", 0)) * 1024, "RLIMIT_AS": int(ready.get("size_kb", 0)) * 1024}
+        for entry in rlimits:
+            if entry[0] in extra and entry[1] >= 0:
+                entry[1] += extra[entry[0]]
+                entry[2] += extra[entry[0]]
+        config = supervisor_config(f"{inside}/script.py", STATUS_FD, limits, isolation, rlimits)
+        config["warm"] = True  # reseed the random generators the zygote left
+        env = sandbox_env(
+            workspace=inside, tmpdir="/tmp" if sandboxed else str(ws.path / "tmp"),
+            python_bin=os.path.dirname(self.python), cpus=limits.cpus, run_id=run_id,
+        )
+        return {
+            "run_id": run_id, "where": "kept" if ws.kept else "session", "workspace": str(ws.path),
+            "uid": uid, "shm_mb": max(64, limits.memory_mb // 2), "config": config, "env": env,
+        }
+
+    def _watch(self, run, reads, ws, run_id, limits, sandboxed, started, cancel) -> tuple[Watched, float]:
+        def kill(thorough: bool) -> None:
+            run.kill()
+            if thorough and not sandboxed:  # as the local executor: by the run id they carry
+                sweep(run_id.encode())
+
+        def over_disk() -> bool:
+            used, entries = disk_usage(ws, limits.max_files + 1)
+            return used > limits.disk_mb * MIB or entries > limits.max_files
+
+        spawned = Spawned(reads[0], reads[1], run.exited, run.fileno)
+        try:
+            watched = watch(spawned, reads[2], limits, started, over_disk=over_disk, kill=kill, cancel=cancel)
+        except BaseException:  # our bug or a KeyboardInterrupt: the run must not outlive it
+            kill(True)
+            deadline = time.monotonic() + 10
+            while not run.exited() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            raise
+        exit_code, cpu = (None, 0.0) if watched.stuck else run.outcome()
+        watched.exit_code = exit_code
+        return watched, cpu
+
+
+def _zygote_key(public_dir: Path | None, cpus: int, kind: str) -> tuple:
+    """Data re-prepared in place is a new folder (a new inode): a new zygote binds it."""
+    if public_dir is None:
+        return (None, cpus, kind)
+    info = os.stat(public_dir)
+    return (os.path.realpath(public_dir), info.st_ino, info.st_mtime_ns, cpus, kind)
