@@ -162,9 +162,9 @@ def fit_seconds(spec: ScriptSpec, profile: TaskProfile) -> float:
         model = 5e-4 * rows * (1 + width / 1000)
     elif spec.family == "knn":
         model = 2e-10 * rows * rows * width
-    elif spec.family == "linear":
+    elif spec.family in ("linear", "multinomial_nb", "gaussian_nb"):
         model = 5e-8 * rows * width * per_class
-    else:  # constant, trees, naive Bayes
+    else:  # constant, decision trees
         model = 1e-6 * rows * width
     return model + text
 
@@ -502,7 +502,10 @@ def _improve(state: State, profile: TaskProfile, n: int, seed: int | None) -> li
     target = state.target
     current = read_spec(target.code)
     tried = _tried(state.journal) | ({current.approach()} if current else set())
-    specs = [s for s in catalog(profile) if s.approach() not in tried]
+    # Validation changes only the printed estimate, not the submitted model: no improvement.
+    same_model = None if current is None else replace(current, validation="holdout", seed=0).approach()
+    specs = [s for s in catalog(profile) if s.approach() not in tried
+             and replace(s, validation="holdout").approach() != same_model]
     if not specs:  # everything was tried: retune the current approach's seed-free neighbours
         specs = [s for s in catalog(profile) if current is None or s.approach() != current.approach()]
     base = strength(current, profile) if current is not None else 2.0
