@@ -194,6 +194,7 @@ table { border-collapse: collapse; font-size: 12.5px; width: auto; }
 th, td { border: 1px solid #d0d7de; padding: 4px 7px; text-align: right; white-space: nowrap; }
 th { white-space: normal; vertical-align: bottom; min-width: 48px; }
 th { background: #eaeef2; } td:first-child, th:first-child { text-align: left; }
+td:first-child { white-space: normal; max-width: 240px; }
 tr:nth-child(even) td { background: #f6f8fa; }
 .caption { color: #57606a; font-size: 13px; margin: 4px 0; }
 .callout { border-left: 5px solid #cf222e; background: #ffebe9; padding: 10px 14px; margin: 12px 0;
