@@ -19,11 +19,10 @@ import secrets
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 
 from mleforge.sandbox.cache import CacheKey, ResultCache, cacheable, environment_fingerprint
-from mleforge.sandbox.executor import Executor, default_workers, gather_runs, map_runs
+from mleforge.sandbox.executor import BatchRuns, Executor
 from mleforge.sandbox.limits import RunLimits
 from mleforge.sandbox.result import ExecutionResult
 from mleforge.sandbox.workspace import SUBMISSION_NAME, remove_tree
@@ -32,7 +31,7 @@ from mleforge.tasks.spec import Limits
 from mleforge.tasks.task import Task
 
 
-class CachingExecutor:
+class CachingExecutor(BatchRuns):
     """Wraps `inner` (any Executor); `cache` is a ResultCache or the path of its file."""
 
     def __init__(self, inner: Executor, cache: ResultCache | str | Path):
@@ -104,28 +103,6 @@ class CachingExecutor:
             if event is not None:
                 event.set()
 
-    async def run_batch(
-        self,
-        scripts: Sequence[str],
-        task: Task,
-        limits: RunLimits | Limits | None = None,
-        *,
-        max_workers: int | None = None,
-        keep: bool = False,
-    ) -> list[ExecutionResult]:
-        return await gather_runs(self.run, scripts, task, limits, self._workers(max_workers, task, limits), keep)
-
-    def run_many(
-        self,
-        scripts: Sequence[str],
-        task: Task,
-        limits: RunLimits | Limits | None = None,
-        *,
-        max_workers: int | None = None,
-        keep: bool = False,
-    ) -> list[ExecutionResult]:
-        return map_runs(self.run, scripts, task, limits, self._workers(max_workers, task, limits), keep)
-
     def discard(self, result: ExecutionResult) -> None:
         if result.cached and result.submission_path and self._hits_dir is not None:
             path = Path(result.submission_path)
@@ -146,9 +123,6 @@ class CachingExecutor:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def _workers(self, max_workers: int | None, task: Task, limits) -> int:
-        return max_workers or self.max_workers or default_workers(RunLimits.of(limits, task.spec.limits))
 
     def _materialize(self, hit) -> ExecutionResult:
         run_id = secrets.token_hex(8)

@@ -129,6 +129,40 @@ def map_runs(
             raise
 
 
+class BatchRuns:
+    """`run_batch` and `run_many` for a backend with `run` and a `max_workers` attribute;
+    a backend with its own notion of capacity (Ray) overrides `_workers`."""
+
+    max_workers: int | None = None
+
+    def _workers(self, max_workers: int | None, task: Task, limits: RunLimits | Limits | None) -> int:
+        return max_workers or self.max_workers or default_workers(RunLimits.of(limits, task.spec.limits))
+
+    async def run_batch(
+        self,
+        scripts: Sequence[str],
+        task: Task,
+        limits: RunLimits | Limits | None = None,
+        *,
+        max_workers: int | None = None,
+        keep: bool = False,
+    ) -> list[ExecutionResult]:
+        """All scripts (a GRPO group), at most `max_workers` at a time; results in order."""
+        return await gather_runs(self.run, scripts, task, limits, self._workers(max_workers, task, limits), keep)
+
+    def run_many(
+        self,
+        scripts: Sequence[str],
+        task: Task,
+        limits: RunLimits | Limits | None = None,
+        *,
+        max_workers: int | None = None,
+        keep: bool = False,
+    ) -> list[ExecutionResult]:
+        """`run_batch` for callers without an event loop (or inside one)."""
+        return map_runs(self.run, scripts, task, limits, self._workers(max_workers, task, limits), keep)
+
+
 def make_executor(kind: str = "local", **options: Any) -> Executor:
     """An executor by name; `options` go to its constructor (e.g. isolation="bwrap")."""
     if kind == "local":

@@ -33,7 +33,7 @@ from pathlib import Path
 from mleforge.errors import ConfigError, SandboxError
 from mleforge.sandbox import bwrap as bw
 from mleforge.sandbox.env import sandbox_env
-from mleforge.sandbox.executor import default_workers, gather_runs, map_runs
+from mleforge.sandbox.executor import BatchRuns
 from mleforge.sandbox.interpreter import exposes, python_roots, supervisor_command
 from mleforge.sandbox.limits import MIB, RunLimits
 from mleforge.sandbox.process import Watched, kill_group, sweep, watch
@@ -85,7 +85,7 @@ def _warn_once(message: str) -> None:
         log.warning(message)
 
 
-class LocalExecutor:
+class LocalExecutor(BatchRuns):
     """Runs scripts as local processes. `isolation`: `auto` (bwrap when it works,
     else unisolated with a warning), `bwrap` (fail when it does not work) or `none`.
 
@@ -155,32 +155,6 @@ class LocalExecutor:
         if isolation.kind == "bwrap" and isolation.as_root:
             _require_world_readable(public_dir)
         return self._execute(script, task_id, public_dir, limits, isolation, keep, cancel)
-
-    async def run_batch(
-        self,
-        scripts: Sequence[str],
-        task: Task,
-        limits: RunLimits | Limits | None = None,
-        *,
-        max_workers: int | None = None,
-        keep: bool = False,
-    ) -> list[ExecutionResult]:
-        """All scripts (a GRPO group), at most `max_workers` at a time; results in order."""
-        workers = max_workers or self.max_workers or default_workers(RunLimits.of(limits, task.spec.limits))
-        return await gather_runs(self.run, scripts, task, limits, workers, keep)
-
-    def run_many(
-        self,
-        scripts: Sequence[str],
-        task: Task,
-        limits: RunLimits | Limits | None = None,
-        *,
-        max_workers: int | None = None,
-        keep: bool = False,
-    ) -> list[ExecutionResult]:
-        """`run_batch` for callers without an event loop (or inside one)."""
-        workers = max_workers or self.max_workers or default_workers(RunLimits.of(limits, task.spec.limits))
-        return map_runs(self.run, scripts, task, limits, workers, keep)
 
     def discard(self, result: ExecutionResult) -> None:
         """Delete a run's submission once graded (else it stays until close())."""

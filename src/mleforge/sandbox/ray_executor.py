@@ -34,12 +34,11 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from mleforge.errors import MissingExtra, SandboxError
-from mleforge.sandbox.executor import gather_runs, map_runs
+from mleforge.sandbox.executor import BatchRuns
 from mleforge.sandbox.limits import MIB, RunLimits
 from mleforge.sandbox.result import ExecutionResult
 from mleforge.sandbox.workspace import SUBMISSION_NAME, Session, remove_tree
@@ -61,7 +60,7 @@ def _ray():
     return ray
 
 
-class RayExecutor:
+class RayExecutor(BatchRuns):
     """Runs scripts as Ray tasks. `address`: the cluster (None: the one this process is
     connected to, else a new local one); `isolation`: the local executor's, on each node;
     `base_dir`: the workspaces folder on the nodes and here; `init_options`: for ray.init."""
@@ -121,28 +120,6 @@ class RayExecutor:
             ray.cancel(stream, force=True)
             raise
         return self._land(ExecutionResult.from_dict(done["result"]), done["submission"])
-
-    async def run_batch(
-        self,
-        scripts: Sequence[str],
-        task: Task,
-        limits: RunLimits | Limits | None = None,
-        *,
-        max_workers: int | None = None,
-        keep: bool = False,
-    ) -> list[ExecutionResult]:
-        return await gather_runs(self.run, scripts, task, limits, self._workers(max_workers, task, limits), keep)
-
-    def run_many(
-        self,
-        scripts: Sequence[str],
-        task: Task,
-        limits: RunLimits | Limits | None = None,
-        *,
-        max_workers: int | None = None,
-        keep: bool = False,
-    ) -> list[ExecutionResult]:
-        return map_runs(self.run, scripts, task, limits, self._workers(max_workers, task, limits), keep)
 
     def discard(self, result: ExecutionResult) -> None:
         if result.submission_path and self._session is not None:
