@@ -41,6 +41,8 @@ def test_search_saves_everything(titanic, executor, tmp_path):
     assert result.best_node_id == journal.nodes[1].id  # the earliest among equal scores
     lines = [json.loads(x) for x in (tmp_path / "run" / "steps.jsonl").read_text().splitlines()]
     assert [x["reward"]["total"] for x in lines] == [0.0, 0.5, 0.0, 0.5]
+    assert [(x["tokens"], x["prompt_tokens"], x["latency_s"]) for x in lines] == [(10, 100, 0.0)] * 4
+    assert lines[2]["wall_s"] is None and all(x["wall_s"] > 0 for x in lines[:2] + lines[3:])  # 3rd: no run
     for node in journal.nodes:
         assert (tmp_path / "run" / "nodes" / node.id / "script.py").read_text() == node.code
     assert (tmp_path / "run" / "nodes" / journal.nodes[1].id / "submission.csv").is_file()
@@ -48,12 +50,22 @@ def test_search_saves_everything(titanic, executor, tmp_path):
     assert result.completion_tokens == 40 and result.prompt_tokens == 400
 
 
-def test_interrupted_run_resumes_without_redoing_steps(titanic, executor, tmp_path):
-    config = EpisodeConfig(steps=4, seed=3)
-    # No crash here: an unisolated run's traceback names its random workspace path, which
-    # would make the two runs' states (and so their node ids) differ for a reason of its own.
-    texts = [COPY_SAMPLE, COPY_SAMPLE.replace("rows", "y"), COPY_SAMPLE.replace("rows", "r"),
+@pytest.mark.parametrize("isolation", ["auto", "none"])
+def test_interrupted_run_resumes_without_redoing_steps(titanic, isolation, tmp_path):
+    # A crash first: the debug state that follows holds its traceback, which must not name
+    # the run's random workspace path (unisolated, it is shown as /workspace, as in bwrap),
+    # or the resumed and the uninterrupted runs would differ in their node ids.
+    config = EpisodeConfig(steps=4, seed=3, search=SearchConfig(num_drafts=1, debug_prob=1.0))
+    texts = [CRASH, COPY_SAMPLE.replace("rows", "y"), COPY_SAMPLE.replace("rows", "r"),
              COPY_SAMPLE.replace("rows", "x")]
+    with make_executor("local", isolation=isolation) as executor:
+        _interrupt_and_resume(titanic, executor, config, texts, tmp_path)
+    journal = Journal.load(tmp_path / "run" / "journal.json")
+    assert [n.stage for n in journal.nodes] == ["draft", "debug", "improve", "improve"]
+    assert 'File "/workspace/script.py"' in journal.nodes[0].execution.stderr
+
+
+def _interrupt_and_resume(titanic, executor, config, texts, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         EpisodeRunner(titanic, ScriptedPolicy(texts, fail_at=2), executor, config, tmp_path / "run").run()
     assert len(Journal.load(tmp_path / "run" / "journal.json")) == 2

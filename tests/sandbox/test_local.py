@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -38,10 +40,11 @@ def test_environment_is_built_from_nothing(executor, canary, secret_env):
     env = dict(line.split("=", 1) for line in result.stdout.splitlines())
     assert not set(secret_env) & set(env)
     assert env["HOME"].endswith("/working") and env["PYTHONHASHSEED"] == "0"
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
     assert all(env[name] == str(canary.spec.limits.cpus) for name in THREAD_VARS)
     assert env["MLEFORGE_RUN_ID"] == result.run_id
     allowed = {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONHASHSEED", "PYTHONUNBUFFERED",
-               "PYTHONDONTWRITEBYTECODE", "MPLBACKEND", "MLEFORGE_RUN_ID", "PWD", *THREAD_VARS}
+               "PYTHONDONTWRITEBYTECODE", "MPLBACKEND", "OMP_WAIT_POLICY", "MLEFORGE_RUN_ID", "PWD", *THREAD_VARS}
     assert set(env) <= allowed
 
 
@@ -252,3 +255,52 @@ def test_worker_processes_work_inside(executor, canary):
     result = executor.run(script, canary)
     assert result.ok, result.stderr[-3000:]
     assert "loky 285" in result.stdout and "spawn 285" in result.stdout
+
+
+@pytest.mark.parametrize("kind", ["local", "pool"])
+def test_roots_under_host_tmp_stay_visible_inside_private_tmp(kind, canary, sandbox_base):
+    """A checkout (and its venv) under /tmp, as a CI clone may be: the run's private /tmp
+    must not hide it, while nothing else of the host's /tmp shows (a regression: the
+    pool's zygote had imported pandas from there and its runs then failed to import
+    pandas' lazily loaded modules)."""
+    from mleforge.sandbox.pool import PoolExecutor
+
+    cls = LocalExecutor if kind == "local" else PoolExecutor
+    if why := _bwrap_unusable(cls, sandbox_base):
+        pytest.skip(f"bwrap is not usable here: {why}")
+    outer = Path(tempfile.mkdtemp(prefix="mf-tmproot-", dir="/tmp"))
+    try:
+        (outer / "secret.txt").write_text("host tmp")
+        lib = outer / "lib"
+        lib.mkdir()
+        (lib / "mf_tmp_module.py").write_text("VALUE = 42\n")
+        os.chmod(outer, 0o755)
+        script = textwrap.dedent(f"""
+            import os, sys
+            sys.path.insert(0, {str(lib)!r})
+            import mf_tmp_module
+            print(mf_tmp_module.VALUE, sorted(os.listdir({str(outer)!r})))
+            open('/tmp/' + {outer.name!r} + '.mine', 'w').write('x')
+        """)
+        with cls("bwrap", base_dir=sandbox_base, extra_ro_binds=[lib], **({"preload": ["json"]} if kind == "pool" else {})) as executor:
+            result = executor.run(script, canary)
+        assert result.ok, result.stderr
+        assert result.stdout.strip() == "42 ['lib']"  # the host's secret.txt beside lib/ is not there
+        assert not Path(f"{outer}.mine").exists()
+    finally:
+        shutil.rmtree(outer)
+
+
+def _bwrap_unusable(cls, base) -> str | None:
+    from tests.sandbox.conftest import _bwrap_works
+
+    return _bwrap_works(cls, base)
+
+
+def test_outputs_name_the_workspace_as_inside_bwrap(executor, canary):
+    """Unisolated too, a script's output shows /workspace, not the run's random folder."""
+    result = executor.run("import os\nprint(os.getcwd())\nraise ValueError('boom')", canary)
+    assert result.returncode == 1
+    assert 'File "/workspace/script.py", line 3' in result.stderr, result.stderr
+    # Unisolated the real path (wherever the script prints it) becomes /workspace too.
+    assert result.stdout == "/workspace\n" and "mleforge-ws" not in result.stderr

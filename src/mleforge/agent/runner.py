@@ -4,7 +4,8 @@ A run directory holds
 
     config.json        what was asked (task, policy, search, limits, seed)
     journal.json       the tree of attempts, rewritten atomically after every step
-    steps.jsonl        one line per step: stage, outcome, reward components, score, tokens
+    steps.jsonl        one line per step: stage, outcome, reward components, score, tokens,
+                       generation and execution seconds
     nodes/<node id>/   script.py, and submission.csv when one was written
     result.json        the final answer: the best valid node, graded
 
@@ -137,6 +138,8 @@ class EpisodeRunner:
             "valid": outcome.node.valid, "reward": outcome.reward.to_dict(),
             "wall_s": None if outcome.result is None else outcome.result.wall_s,
             "tokens": outcome.node.metadata.get("completion_tokens"),
+            "prompt_tokens": outcome.node.metadata.get("prompt_tokens"),
+            "latency_s": outcome.node.metadata.get("latency_s"),
         }
         # The journal is the source of truth; steps.jsonl is its log. A crash between the
         # two writes loses at most this log line, never a step.

@@ -23,6 +23,8 @@ def sandbox_env(*, workspace: str, tmpdir: str, python_bin: str, cpus: int, run_
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "MPLBACKEND": "Agg",
+        # OpenMP threads that spin while they wait take CPU from the other runs of a group.
+        "OMP_WAIT_POLICY": "PASSIVE",
         RUN_ID_VAR: run_id,
         **{name: threads for name in THREAD_VARS},
     }

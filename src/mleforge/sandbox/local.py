@@ -275,7 +275,7 @@ class LocalExecutor(BatchRuns):
                 remove_tree(ws.run_dir)
         return self._result(
             run_id, task_id, script, limits, isolation, watched, submission, refused,
-            fallback_cpu, ws if keep else None,
+            fallback_cpu, ws if keep else None, None if sandboxed else ws.path,
         )
 
     def _launch(
@@ -403,8 +403,13 @@ class LocalExecutor(BatchRuns):
         refused: str | None,
         fallback_cpu: float,
         kept: Workspace | None,
+        unisolated_path: Path | None = None,
     ) -> ExecutionResult:
-        stderr = watched.stderr.text()
+        stdout, stderr = watched.stdout.text(), watched.stderr.text()
+        if unisolated_path is not None:
+            # Shown as under bwrap: an output (and a state built from it) must not depend
+            # on where this run's workspace happened to be.
+            stdout, stderr = (_as_sandbox_paths(text, unisolated_path) for text in (stdout, stderr))
         exit_event = watched.last("exit")
         warnings = list(isolation.warnings)
         if refused:
@@ -438,12 +443,18 @@ class LocalExecutor(BatchRuns):
             run_id=run_id, task_id=task_id, returncode=returncode, signal=signal_number,
             timed_out=timed_out or watched.reason == "timeout", killed_by=killed_by,
             wall_s=round(watched.wall_s, 4), cpu_s=round(cpu_s, 4), peak_memory_mb=round(rss_kb / 1024, 2),
-            stdout=watched.stdout.text(), stderr=stderr, stdout_bytes=watched.stdout.total,
+            stdout=stdout, stderr=stderr, stdout_bytes=watched.stdout.total,
             stderr_bytes=watched.stderr.total, submission_path=str(submission) if submission else None,
             isolation=isolation.kind, warnings=tuple(warnings),
             workspace=str(kept.path) if kept else None,
             script_sha256=hashlib.sha256(script.encode("utf-8")).hexdigest(), limits=limits.to_dict(),
         )
+
+
+def _as_sandbox_paths(text: str, workspace: Path) -> str:
+    for path in dict.fromkeys((str(workspace), os.path.realpath(workspace))):
+        text = text.replace(path, bw.SANDBOX_WORKSPACE)
+    return text
 
 
 def supervisor_config(

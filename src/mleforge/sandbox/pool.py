@@ -203,6 +203,9 @@ class PoolExecutor(LocalExecutor):
             "preload": list(self.preload) if public_dir is not None else [],
             "isolated": sandboxed,
             "has_input": public_dir is not None,
+            # The run's private /tmp would hide an interpreter or venv under the host's
+            # /tmp (a CI clone there): each run binds these again on top of it.
+            "tmp_roots": [r for r in self._ro_binds() if r.startswith("/tmp/")] if sandboxed else [],
         }
         zygote = Zygote.start(key, command, env, str(session.path), config, log_path)
         if zygote.ready.get("failed"):
@@ -226,6 +229,7 @@ class PoolExecutor(LocalExecutor):
             passwd, group = bw.passwd_text(uid, uid)
             (ws.run_dir / "passwd").write_text(passwd)
             (ws.run_dir / "group").write_text(group)
+            _tmp_mountpoints(ws.path / "tmp", [r for r in self._ro_binds() if r.startswith("/tmp/")])
         reads, writes = [], []
         for _ in range(3):  # stdout, stderr, status
             r, w = os.pipe()
@@ -323,3 +327,18 @@ def _zygote_key(public_dir: Path | None, cpus: int, kind: str) -> tuple:
         return (None, cpus, kind)
     info = os.stat(public_dir)
     return (os.path.realpath(public_dir), info.st_ino, info.st_mtime_ns, cpus, kind)
+
+
+def _tmp_mountpoints(run_tmp: Path, roots: list[str]) -> None:
+    """Mount points in the run's private /tmp for the roots under the host's /tmp that
+    the zygote binds again there; owned by us, traversable by the run's uid."""
+    for root in roots:
+        target = run_tmp / os.path.relpath(root, "/tmp")
+        for folder in reversed([target, *target.parents]):
+            if folder == run_tmp or run_tmp not in folder.parents:
+                continue
+            if os.path.isdir(root) or folder != target:
+                folder.mkdir(mode=0o755, exist_ok=True)
+                os.chmod(folder, 0o755)
+            else:
+                folder.touch(mode=0o644, exist_ok=True)

@@ -246,7 +246,14 @@ def _enter_namespaces(request: dict, config: dict) -> None:
     _bind(f"{run_dir}/workspace", WORKSPACE, read_only=False)
     if config["has_input"]:
         _bind(f"{ROOT}/input", f"{WORKSPACE}/input", read_only=True)
+    # Roots under /tmp (the interpreter of a checkout there) are held open before the
+    # private /tmp covers them, then bound again at their own paths on top of it (the
+    # executor made their mount points in the run's tmp/: we lack CAP_DAC_OVERRIDE).
+    held = [(root, os.open(root, os.O_PATH | os.O_CLOEXEC)) for root in config.get("tmp_roots", ())]
     _bind(f"{run_dir}/workspace/tmp", "/tmp", read_only=False)
+    for root, fd in held:
+        _bind(f"/proc/self/fd/{fd}", root, read_only=True)
+        os.close(fd)
     _bind(f"{run_dir}/passwd", "/etc/passwd", read_only=True)
     _bind(f"{run_dir}/group", "/etc/group", read_only=True)
     _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={request['shm_mb']}m,mode=1777")

@@ -12,7 +12,9 @@ for root, dirs, files in os.walk("/"):
         dirs[:] = []
         continue
     for name in files:
-        if name in ("answers.csv", "canary.txt") or "private" in root.split("/"):
+        # A task's private folder, not any folder named so (/usr/include/nspr/private is one).
+        parts = root.split("/")
+        if name in ("answers.csv", "canary.txt") or ("private" in parts and "{{TASK_ID}}" in parts):
             hits.append(os.path.join(root, name))
 for path in hits:
     try:
