@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from _policy_tables import console, per_policy, per_task_table
 from mleforge.reward.components import CASES as OUTCOMES
 from mleforge.tasks.prepare import prepare
 from mleforge.tasks.registry import TaskRegistry
@@ -41,13 +41,6 @@ from mleforge.tasks.registry import TaskRegistry
 
 def safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-
-
-def per_policy(text: str, n: int, kind: type) -> list[Any]:
-    values = [kind(v) for v in text.split(",")]
-    if len(values) not in (1, n):
-        raise SystemExit(f"give one value or {n} (one per policy): {text!r}")
-    return values * n if len(values) == 1 else values
 
 
 def read_steps(run_dir: Path) -> list[dict[str, Any]]:
@@ -171,9 +164,7 @@ def fmt(value: Any, digits: int = 2, scale: float = 1.0, suffix: str = "") -> st
 
 
 def show(results: dict[str, Any]) -> None:
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, 180)
+    out = console()
     table = Table(title="agent: `mleforge run` per task (runs = tasks x seeds)")
     for column in ("policy", "steps", "runs", "valid runs", "steps to 1st valid", "normalized (valid)",
                    "medal", "valid steps", "fmt err", "exec err", "invalid", "gen s/step", "exec s/step",
@@ -191,23 +182,13 @@ def show(results: dict[str, Any]) -> None:
             f"{o['invalid_submission'] / n:.0%}", fmt(s["generation_s_per_step"], 1), fmt(s["execution_s_per_step"], 1),
             fmt(s["completion_tokens_per_step"], 0), fmt(s["tokens_per_generation_s"], 1), fmt(s["wall_s_per_run"], 0),
         )
-    console.print(table)
-    tasks = Table(title="per task: valid runs, best score, normalized score of the valid runs")
-    tasks.add_column("task")
-    for r in results.values():
-        tasks.add_column(r["policy"])
-    ids = list(dict.fromkeys(t["task_id"] for r in results.values() for t in r["per_task"]))
-    for task_id in ids:
-        cells = []
-        for r in results.values():
-            t = next((t for t in r["per_task"] if t["task_id"] == task_id), None)
-            if t is None or not t["runs"]:
-                cells.append("-")
-            else:
-                cells.append(f"{round(t['valid_rate'] * t['runs'])}/{t['runs']}  best {fmt(t['best_score'], 4)}"
-                             f"  norm {fmt(t['normalized_score_valid_runs'], 3)}")
-        tasks.add_row(task_id, *cells)
-    console.print(tasks)
+    out.print(table)
+
+    def cell(t: dict[str, Any]) -> str:
+        return (f"{round(t['valid_rate'] * t['runs'])}/{t['runs']}  best {fmt(t['best_score'], 4)}"
+                f"  norm {fmt(t['normalized_score_valid_runs'], 3)}")
+
+    out.print(per_task_table("per task: valid runs, best score, normalized score of the valid runs", results, cell))
 
 
 def main() -> None:

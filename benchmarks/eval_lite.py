@@ -20,19 +20,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
+from _policy_tables import console, per_policy, per_task_table
 from mleforge.eval.config import EvalConfig
 from mleforge.eval.progress import RichGridProgress
 from mleforge.eval.runner import EvalGrid, safe_name
-
-
-def per_policy(text: str, n: int, kind: type) -> list[Any]:
-    values = [kind(v) for v in text.split(",")]
-    if len(values) not in (1, n):
-        raise SystemExit(f"give one value or {n} (one per policy): {text!r}")
-    return values * n if len(values) == 1 else values
 
 
 class Budget(RichGridProgress):
@@ -83,9 +76,7 @@ def pm(metric: dict[str, Any], scale: float = 100.0, digits: int = 1) -> str:
 
 
 def show(results: dict[str, Any]) -> None:
-    console = Console()
-    if not console.is_terminal:  # logs and pipes get whole tables, not wrapped cells
-        console.width = max(console.width, 160)
+    out = console()
     table = Table(title="lite subset: % of runs (mean ± SEM over seeds)")
     for column in ("policy", "seeds x steps", "runs", "valid %", "above median %", "any medal %", "gold %",
                    "normalized", "steps to 1st valid", "s / run"):
@@ -96,24 +87,14 @@ def show(results: dict[str, Any]) -> None:
                       pm(m["valid_submission"]), pm(m["above_median"]), pm(m["any_medal"]), pm(m["gold_medal"]),
                       pm(m["normalized_score"], 1.0, 3), pm(m["steps_to_first_valid"], 1.0, 2),
                       f"{r['usage']['wall_s'] / finished:.0f}" if finished else "-")
-    console.print(table)
-    tasks = Table(title="per task: Best / Avg of the final scores (valid runs / finished runs)")
-    tasks.add_column("task")
-    for r in results.values():
-        tasks.add_column(r["policy"])
-    ids = list(dict.fromkeys(t["task_id"] for r in results.values() for t in r["per_task"]))
-    for task_id in ids:
-        cells = []
-        for r in results.values():
-            t = next((t for t in r["per_task"] if t["task_id"] == task_id), None)
-            if t is None or not t["runs"]:
-                cells.append("-")
-            elif t["best"] is None:
-                cells.append(f"no valid ({t['valid']}/{t['runs']})")
-            else:
-                cells.append(f"{t['best']:.4g} / {t['avg']:.4g} ({t['valid']}/{t['runs']})")
-        tasks.add_row(task_id, *cells)
-    console.print(tasks)
+    out.print(table)
+
+    def cell(t: dict[str, Any]) -> str:
+        if t["best"] is None:
+            return f"no valid ({t['valid']}/{t['runs']})"
+        return f"{t['best']:.4g} / {t['avg']:.4g} ({t['valid']}/{t['runs']})"
+
+    out.print(per_task_table("per task: Best / Avg of the final scores (valid runs / finished runs)", results, cell))
 
 
 def main() -> None:
