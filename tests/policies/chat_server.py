@@ -95,17 +95,21 @@ class ChatServer:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length))
                 seen = Seen(self.path, dict(self.headers), body)
+                # In flight until the answer is ready, not until it is written: once the
+                # client has read it, it may send its next request while this thread has
+                # yet to come back from the write (on a loaded machine, a false 3rd).
                 with server._lock:
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
-                    self._respond(server._next_reply(seen), body)
+                    reply = server._next_reply(seen)
+                    time.sleep(reply.delay_s)
                 finally:
                     with server._lock:
                         server.in_flight -= 1
+                self._respond(reply, body)
 
             def _respond(self, reply: Reply, body: dict[str, Any]):
-                time.sleep(reply.delay_s)
                 auth = self.headers.get("Authorization", "")
                 if server.required_key and auth != f"Bearer {server.required_key}":
                     reply = Reply(401, f"Incorrect API key provided: {auth.removeprefix('Bearer ')}")
