@@ -304,3 +304,18 @@ def test_outputs_name_the_workspace_as_inside_bwrap(executor, canary):
     assert 'File "/workspace/script.py", line 3' in result.stderr, result.stderr
     # Unisolated the real path (wherever the script prints it) becomes /workspace too.
     assert result.stdout == "/workspace\n" and "mleforge-ws" not in result.stderr
+
+
+def test_tracebacks_are_those_of_python_script_py(executor, canary):
+    """Exactly what `python script.py` prints: no frame of the sandbox's own code."""
+    crash = executor.run("def f():\n    raise ValueError('boom')\n\nf()\n", canary)
+    assert crash.stderr == (
+        'Traceback (most recent call last):\n'
+        '  File "/workspace/script.py", line 4, in <module>\n    f()\n'
+        '  File "/workspace/script.py", line 2, in f\n    raise ValueError(\'boom\')\n'
+        'ValueError: boom\n'
+    )
+    syntax = executor.run("x = [1, 2\nprint(x)).[0]\n", canary)
+    assert syntax.returncode == 1 and "Traceback" not in syntax.stderr, syntax.stderr
+    assert syntax.stderr.startswith('  File "/workspace/script.py", line')
+    assert "SyntaxError" in syntax.stderr

@@ -205,10 +205,11 @@ def _run_script(script: str, status_fd: int, pdeathsig: bool, warm: bool = False
         code = exc.code
     except BaseException as exc:
         # Show the traceback as `python script.py` would, without our frames.
+        # (The hook prints the exception's own __traceback__, whatever tb it is given.)
         tb = exc.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename != script:
             tb = tb.tb_next
-        sys.excepthook(type(exc), exc, tb)
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
         code = 1
     if warm:
         _exit_warm(code, main)
