@@ -59,6 +59,37 @@ def test_what_is_cacheable():
     assert not cacheable(_result(warnings=("a process of the run survived SIGKILL for 10 s",)))
 
 
+def test_a_bounded_cache_evicts_the_least_recently_used(tmp_path):
+    import json
+
+    submission = b"x" * 1000
+    size = len(_key(task_id="a").to_json()) + len(json.dumps(_result().to_dict(), sort_keys=True)) + 1000
+    cache = ResultCache(tmp_path / "c.sqlite", max_mb=2.5 * size / (1024 * 1024))  # room for two
+    cache.put(_key(task_id="a"), _result(), submission)
+    cache.put(_key(task_id="b"), _result(), submission)
+    assert cache.total_bytes == 2 * size and cache.evicted == 0
+    assert cache.get(_key(task_id="a")) is not None  # a use: b is now the least recent
+    cache.put(_key(task_id="c"), _result(), submission)
+    assert cache.evicted == 1 and cache.total_bytes == 2 * size
+    assert cache.get(_key(task_id="b")) is None
+    assert cache.get(_key(task_id="a")) is not None and cache.get(_key(task_id="c")) is not None
+    # An entry larger than the whole bound is not stored, and evicts nothing.
+    cache.put(_key(task_id="d"), _result(), b"y" * (3 * size))
+    assert cache.get(_key(task_id="d")) is None and len(cache) == 2
+    # Unbounded (the default): nothing is ever evicted.
+    free = ResultCache(tmp_path / "free.sqlite")
+    for name in "abcdef":
+        free.put(_key(task_id=name), _result(), submission)
+    assert len(free) == 6 and free.evicted == 0 and free.total_bytes == 6 * size
+
+
+def test_a_bound_must_be_positive(tmp_path):
+    from mleforge.errors import SandboxError
+
+    with pytest.raises(SandboxError, match="max_mb must be > 0"):
+        ResultCache(tmp_path / "c.sqlite", max_mb=0)
+
+
 def test_round_trip(tmp_path):
     cache = ResultCache(tmp_path / "c.sqlite")
     assert cache.get(_key()) is None

@@ -185,7 +185,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if args.cache:
         from mleforge.sandbox.caching import CachingExecutor
 
-        executor = CachingExecutor(executor, args.cache)
+        executor = CachingExecutor(executor, args.cache, max_mb=args.cache_max_mb)
     with executor:
         result = executor.run(script_path.read_text(encoding="utf-8"), task, limits, keep=args.keep)
         # The submission lives in the executor's folder until close(): grade it now.
@@ -506,6 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sandbox isolation of the executor (on the nodes, for ray) (default: auto)")
     p.add_argument("--cache", type=Path, metavar="PATH",
                    help="a result cache (SQLite): an identical earlier run is a lookup")
+    p.add_argument("--cache-max-mb", type=float, metavar="MB",
+                   help="bound the cache: the least recently used entries go first (default: unbounded)")
     p.add_argument("--timeout", type=float, help="wall-clock limit in seconds (default: the task's)")
     p.add_argument("--keep", action="store_true", help="keep the workspace (its path is in the result)")
     p.set_defaults(func=cmd_exec)

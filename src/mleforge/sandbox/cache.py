@@ -13,8 +13,9 @@ one draw. Never cached: cancelled runs, runs the executor could not account for
 (a process survived SIGKILL), kept workspaces (the caller wants a real one), and
 infrastructure failures (they raise SandboxError and return nothing).
 
-Safe under concurrent writers (WAL, one short transaction per write, a busy
-timeout) and never trusted blindly: each row carries a checksum over its key,
+Bounded if asked (`max_mb`): past the bound, the least recently used entries go
+first (a hit counts as a use). Safe under concurrent writers (WAL, one short
+transaction per write, a busy timeout) and never trusted blindly: each row carries a checksum over its key,
 its result and its submission; a row that fails it, or does not parse, is
 dropped with a warning; a database SQLite reports as damaged is moved aside
 and rebuilt empty.
@@ -42,7 +43,7 @@ from mleforge.sandbox.result import ExecutionResult
 
 log = logging.getLogger("mleforge.sandbox")
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: size and last_used, for the bound
 BUSY_TIMEOUT_S = 60.0
 ENVIRONMENT_PACKAGES = ("numpy", "pandas", "scikit-learn", "scipy")
 _SCHEMA = """
@@ -53,8 +54,11 @@ CREATE TABLE IF NOT EXISTS results (
     result_json TEXT NOT NULL,
     submission BLOB,               -- NULL: the run left no submission
     checksum TEXT NOT NULL,        -- over key_json, result_json and submission
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    size INTEGER NOT NULL,         -- bytes of key_json, result_json and submission
+    last_used REAL NOT NULL        -- written, or last returned by get
 );
+CREATE INDEX IF NOT EXISTS results_last_used ON results (last_used);
 """
 
 
@@ -105,10 +109,15 @@ def environment_fingerprint(python: str) -> str:
 
 class ResultCache:
     """The SQLite file at `path` (created if missing). Thread- and process-safe: every
-    operation opens its own connection."""
+    operation opens its own connection. `max_mb`: keep the entries' total size under
+    this, evicting the least recently used (None: unbounded)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, max_mb: float | None = None):
+        if max_mb is not None and not max_mb > 0:
+            raise SandboxError(f"a result cache's max_mb must be > 0 (leave it out for no bound); got {max_mb}")
         self.path = Path(path).expanduser()
+        self.max_bytes = None if max_mb is None else int(max_mb * 1024 * 1024)
+        self.evicted = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.rebuilds = 0
         with self._locked():
@@ -139,16 +148,25 @@ class ResultCache:
             log.warning("result cache %s: dropped the entry %s…: %s", self.path, key.digest[:12], problem)
             self._delete(key.digest)
             return None
+        self._touch(key.digest)
         return CachedRun(result, None if submission is None else bytes(submission))
 
     def put(self, key: CacheKey, result: ExecutionResult, submission: bytes | None) -> None:
         key_json = key.to_json()
         result_json = json.dumps(result.to_dict(), sort_keys=True)
-        row = (key.digest, key_json, result_json, submission, _checksum(key_json, result_json, submission), time.time())
+        size = len(key_json.encode()) + len(result_json.encode()) + len(submission or b"")
+        if self.max_bytes is not None and size > self.max_bytes:
+            log.info("result cache %s: a %d-byte entry exceeds the whole bound; not stored", self.path, size)
+            return
+        now = time.time()
+        row = (key.digest, key_json, result_json, submission, _checksum(key_json, result_json, submission),
+               now, size, now)
         for attempt in (1, 2):
             try:
                 with contextlib.closing(self._connect()) as conn, conn:
-                    conn.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?)", row)
+                    conn.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+                    if self.max_bytes is not None:
+                        self.evicted += _evict(conn, self.max_bytes)
                 return
             except sqlite3.DatabaseError as exc:
                 if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
@@ -164,6 +182,20 @@ class ResultCache:
         except sqlite3.DatabaseError as exc:
             self._damaged(exc)
             return 0
+
+    @property
+    def total_bytes(self) -> int:
+        """The entries' total size, as the bound counts it."""
+        with contextlib.closing(self._connect()) as conn:
+            return int(conn.execute("SELECT COALESCE(SUM(size), 0) FROM results").fetchone()[0])
+
+    def _touch(self, digest: str) -> None:
+        """A hit is a use: it moves the entry to the back of the eviction order."""
+        if self.max_bytes is None:
+            return  # nothing is evicted: spare every hit a write
+        # A failed touch leaves the hit a hit.
+        with contextlib.suppress(sqlite3.DatabaseError), contextlib.closing(self._connect()) as conn, conn:
+            conn.execute("UPDATE results SET last_used = ? WHERE key = ?", (time.time(), digest))
 
     def clear(self) -> None:
         with contextlib.closing(self._connect()) as conn, conn:
@@ -240,6 +272,22 @@ class ResultCache:
         log.warning("result cache %s failed (%s); checking it", self.path, exc)
         with self._locked():
             self._check_or_rebuild()
+
+
+def _evict(conn: sqlite3.Connection, max_bytes: int) -> int:
+    """Inside the writer's transaction: drop the least recently used entries until the
+    total is within `max_bytes`; returns how many went."""
+    total = int(conn.execute("SELECT COALESCE(SUM(size), 0) FROM results").fetchone()[0])
+    if total <= max_bytes:
+        return 0
+    doomed = []
+    for digest, size in conn.execute("SELECT key, size FROM results ORDER BY last_used, created_at").fetchall():
+        if total <= max_bytes:
+            break
+        doomed.append((digest,))
+        total -= size
+    conn.executemany("DELETE FROM results WHERE key = ?", doomed)
+    return len(doomed)
 
 
 def _checksum(key_json: str, result_json: str, submission: bytes | None) -> str:

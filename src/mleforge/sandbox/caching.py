@@ -34,9 +34,9 @@ from mleforge.tasks.task import Task
 class CachingExecutor(BatchRuns):
     """Wraps `inner` (any Executor); `cache` is a ResultCache or the path of its file."""
 
-    def __init__(self, inner: Executor, cache: ResultCache | str | Path):
+    def __init__(self, inner: Executor, cache: ResultCache | str | Path, max_mb: float | None = None):
         self.inner = inner
-        self.cache = cache if isinstance(cache, ResultCache) else ResultCache(cache)
+        self.cache = cache if isinstance(cache, ResultCache) else ResultCache(cache, max_mb=max_mb)
         self.name = inner.name
         self.max_workers = getattr(inner, "max_workers", None)
         self.hits = 0
