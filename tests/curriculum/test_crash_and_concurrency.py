@@ -26,7 +26,7 @@ from tests.curriculum.helpers import idea_state
 
 WORKERS = Path(__file__).with_name("workers.py")
 KILLS = 24
-MAX_STEPS = 250
+MAX_STEPS = 600  # far beyond what the kills let through: 3 start-ups of < 0.5 s, then 21 x at most ~14 steps
 
 
 def start(*args: str) -> subprocess.Popen:
@@ -83,11 +83,19 @@ def test_sigkill_during_trace_feedback_loses_no_commit(tmp_path):
     committed, kills, sealed = -2, 0, -2
     while kills < KILLS:
         proc = start("stream", str(path), str(MAX_STEPS))
+        seen = ""
         if kills >= 3:  # the first few die during start-up, creation and seeding
             assert proc.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.0, 0.5 if kills < 3 else 0.12))
+            # Let a seeded number of steps commit, then kill within the next few: the
+            # progress per kill is counted in steps, so the stream cannot reach its end
+            # on a fast machine, and still moves on a slow one.
+            for _ in range(rng.randint(0, 12)):
+                seen += proc.stdout.readline()
+            time.sleep(rng.uniform(0.0, 0.01))
+        else:
+            time.sleep(rng.uniform(0.0, 0.5))
         proc.kill()
-        out, _ = proc.communicate()
+        out = seen + proc.communicate()[0]
         assert "done" not in out, "the stream finished before the kills did; raise MAX_STEPS"
         for line in out.splitlines():
             if line.startswith("committed "):
