@@ -180,7 +180,9 @@ def show(results: dict[str, Any]) -> None:
             fmt(s["any_medal_rate"], 0, 100, "%"), fmt(s["step_valid_rate"], 0, 100, "%"),
             f"{o['format_error'] / n:.0%}", f"{(o['execution_error'] + o['timeout']) / n:.0%}",
             f"{o['invalid_submission'] / n:.0%}", fmt(s["generation_s_per_step"], 1), fmt(s["execution_s_per_step"], 1),
-            fmt(s["completion_tokens_per_step"], 0), fmt(s["tokens_per_generation_s"], 1), fmt(s["wall_s_per_run"], 0),
+            fmt(s["completion_tokens_per_step"], 0),
+            # The template writes its scripts without a model: its tokens are estimates, no rate.
+            "-" if r["policy"] == "template" else fmt(s["tokens_per_generation_s"], 1), fmt(s["wall_s_per_run"], 0),
         )
     out.print(table)
 
