@@ -65,9 +65,8 @@ from mleforge.agent.records import ExecutionSummary, State
 from mleforge.curriculum.buffer import StateBuffer
 from mleforge.curriculum.config import BufferConfig, LearnabilityConfig, SamplerConfig
 from mleforge.curriculum.feedback import step_feedback
-from mleforge.curriculum.records import SETUP_STEP, RolloutRecord, TaskReference
+from mleforge.curriculum.records import RolloutRecord, TaskReference
 from mleforge.curriculum.sampler import make_sampler, next_batch
-from mleforge.curriculum.seeds import seed_task
 from mleforge.reward.compute import RewardBreakdown
 
 OK = ExecutionSummary(0, False, None, 1.0, "valid submission\n", "", True)
@@ -116,17 +115,16 @@ def run_one(kind: str, seed: int, args: argparse.Namespace, workdir: Path) -> di
     )
     learner = Learner(args)
     init = np.random.default_rng(seed)
-    seed_ids = []
+    seed_ids, references, seeds = [], [], []
     for t in range(args.tasks):
         task = f"task{t}"
-        buffer.register_task(TaskReference(task, "higher", top=1.0, baseline=0.0))
+        references.append(TaskReference(task, "higher", top=1.0, baseline=0.0))
         for i in range(max(1, args.static_pool)):  # the empty-journal draft, then drafts with ideas
             ideas = (f"idea {i}",) if i else ()
-            seed_task(buffer, task, "higher", ideas)
-            sid = State.draft(task, ideas, direction="higher").state_id
-            learner.add(sid, task, float(init.normal(-0.5, 2.0)), 0.0)
-            seed_ids.append(sid)
-    buffer.seal(SETUP_STEP)
+            seeds.append(State.draft(task, ideas, direction="higher"))
+            learner.add(seeds[-1].state_id, task, float(init.normal(-0.5, 2.0)), 0.0)
+            seed_ids.append(seeds[-1].state_id)
+    buffer.set_up(references, seeds)
     sampler = make_sampler(
         SamplerConfig(kind=kind, group_size=args.group_size, tau=args.tau, epsilon=args.epsilon, seed=seed),
         buffer.learnability,

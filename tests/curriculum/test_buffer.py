@@ -257,3 +257,44 @@ def test_a_forked_child_uses_its_own_connection(tmp_path):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert buf.counts()["live_states"] == 2
+
+
+def test_set_up_is_one_transaction_and_runs_once(tmp_path):
+    buf = make(tmp_path)
+    ref = TaskReference("alpha", "higher", top=1.0, baseline=0.5)
+    seeds = [idea_state("alpha", 0), idea_state("alpha", 1)]
+    # the second "seed" breaks mid-way, after the reference and the first seed were written
+    with pytest.raises(AttributeError):
+        buf.set_up([ref], [seeds[0], Offer("not a state")])
+    assert buf.sealed_step is None and buf.rows() == [] and buf.tasks() == {}
+    assert buf.set_up([ref], seeds) is True
+    assert buf.sealed_step == SETUP_STEP and buf.tasks() == {"alpha": ref}
+    # a restart runs set-up again: nothing changes, no seed counts a second offer
+    assert buf.set_up([ref], seeds) is False
+    rows = buf.rows()
+    assert sorted(r["state_id"] for r in rows) == sorted(s.state_id for s in seeds)
+    assert [(r["is_seed"], r["offers"], r["added_step"]) for r in rows] == [(1, 1, SETUP_STEP)] * 2
+    assert [g["step"] for g in buf.growth()] == [SETUP_STEP] and buf.growth()[0]["seeds"] == 2
+    assert len(buf.snapshot(SETUP_STEP)) == 2
+
+
+def test_set_up_tasks_from_built_in_tasks_and_an_expert_journal(tmp_path, prepared_registry):
+    from mleforge.agent.records import State
+    from mleforge.curriculum.seeds import set_up_tasks, task_reference
+
+    tasks = [prepared_registry.get("penguins"), prepared_registry.get("diabetes")]
+    buf = make(tmp_path)
+    journal = expert_journal("penguins")
+    assert set_up_tasks(buf, tasks, [journal]) is True
+    assert set_up_tasks(buf, tasks, [journal]) is False
+    refs = buf.tasks()
+    assert refs == {t.id: task_reference(t) for t in tasks}
+    assert refs["penguins"].direction == "higher" and refs["diabetes"].direction == "lower"
+    ids = {r["state_id"] for r in buf.rows()}
+    drafts = {State.draft(t.id, direction=refs[t.id].direction).state_id for t in tasks}
+    assert ids == drafts | {s.state_id for s in journal_states(journal)}
+    # penguins' empty draft is both the task's seed and the journal's first state: offered twice,
+    # once per source, and never again by the second set_up_tasks
+    twice = State.draft("penguins", direction="higher").state_id
+    assert buf.sealed_step == SETUP_STEP
+    assert {r["state_id"]: r["offers"] for r in buf.rows()} == {sid: 1 + (sid == twice) for sid in ids}

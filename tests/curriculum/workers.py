@@ -21,7 +21,6 @@ from mleforge.curriculum.config import BufferConfig, SamplerConfig
 from mleforge.curriculum.feedback import step_feedback
 from mleforge.curriculum.records import SETUP_STEP, Offer, RolloutRecord, TaskReference
 from mleforge.curriculum.sampler import make_sampler, next_batch
-from mleforge.curriculum.seeds import seed_task
 from mleforge.reward import compute_reward
 
 TASKS = ("alpha", "beta", "gamma")
@@ -33,11 +32,9 @@ CRASH = ExecutionSummary(1, False, None, 1.0, "", "Traceback: KeyError 'x'\n", F
 def open_stream(path: str) -> StateBuffer:
     """Open (or create) the stream's buffer; seed and seal the set-up step if not done yet."""
     buffer = StateBuffer(path, STREAM_CONFIG)
-    if buffer.sealed_step is None:
-        for task in TASKS:  # idempotent: a restart re-offers what is there already
-            buffer.register_task(TaskReference(task, "higher", top=1.0, baseline=0.5))
-            seed_task(buffer, task, "higher")
-        buffer.seal(SETUP_STEP)
+    if buffer.sealed_step is None:  # one transaction: a kill leaves all of it or none
+        buffer.set_up([TaskReference(task, "higher", top=1.0, baseline=0.5) for task in TASKS],
+                      [State.draft(task, direction="higher") for task in TASKS])
     return buffer
 
 

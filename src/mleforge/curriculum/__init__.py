@@ -11,7 +11,7 @@
 The usual loop (every rank samples; one process feeds back):
 
     buffer = StateBuffer(run_dir)
-    seed_tasks(buffer, tasks); buffer.seal(SETUP_STEP)            # once, at set-up
+    set_up_tasks(buffer, tasks, expert_journals)   # seeds + seal of the set-up step, atomic
     for step in range(start, steps):
         batch, states = next_batch(buffer, sampler, step, n_groups)   # snapshot of step - 1
         ... generate, execute, reward, gather across ranks ...

@@ -21,7 +21,8 @@ feedback commits, because a snapshot is a function of sealed data only:
     index order, so even float sums agree to the bit).
 
 Task references (headroom's top and baseline) are not versioned: register
-them at set-up, before step 0.
+them at set-up, before step 0. `set_up(references, seeds)` registers them,
+offers the seeds and seals the set-up step in one transaction.
 
 Statistics are updated once per step from results gathered across ranks
 (`apply_feedback` on one process), never per rank. Several processes may also
@@ -191,15 +192,36 @@ class StateBuffer:
 
     # --- writes ---
 
+    def set_up(self, references: Iterable[TaskReference], seeds: Iterable[Offer | State]) -> bool:
+        """Register the tasks, offer the seeds and seal the set-up step, in one transaction.
+
+        False (and nothing done) when the set-up step is already sealed. A process
+        killed during set-up leaves no part of it, so a restart runs it again from
+        scratch instead of offering the seeds it had committed a second time.
+        """
+        with self._write() as cur:
+            if get_meta(cur, "sealed_step") is not None:
+                return False
+            for reference in references:
+                self._register(cur, reference)
+            self._offer(cur, [o if isinstance(o, Offer) else Offer(o) for o in seeds], SETUP_STEP, True,
+                        refresh=False)
+            self._seal(cur, SETUP_STEP)
+            return True
+
     def register_task(self, reference: TaskReference) -> None:
         """Store (or replace) a task's top and baseline, which headroom needs."""
         with self._write() as cur:
-            cur.execute(
-                "INSERT INTO tasks (task_id, direction, top, baseline) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (task_id) DO UPDATE SET direction = excluded.direction, "
-                "top = excluded.top, baseline = excluded.baseline",
-                (reference.task_id, reference.direction, reference.top, reference.baseline),
-            )
+            self._register(cur, reference)
+
+    @staticmethod
+    def _register(cur: sqlite3.Connection, reference: TaskReference) -> None:
+        cur.execute(
+            "INSERT INTO tasks (task_id, direction, top, baseline) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (task_id) DO UPDATE SET direction = excluded.direction, "
+            "top = excluded.top, baseline = excluded.baseline",
+            (reference.task_id, reference.direction, reference.top, reference.baseline),
+        )
 
     def offer(self, offers: Iterable[Offer | State], step: int | None = None, *, seed: bool = False) -> list[bool]:
         """Add states; one flag per offer, True when it was new (False: a duplicate).

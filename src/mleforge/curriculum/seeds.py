@@ -2,9 +2,11 @@
 
 Each task's empty-journal draft state, and every state along stored expert
 trajectories (ML-Agent's step-wise RL samples states from the expert's state
-distribution). Seeds join the buffer as of the set-up step before the first
-seal (or the next unsealed step later); after seeding, seal the set-up step
-(`buffer.seal(SETUP_STEP)`) so training step 0 can read its snapshot.
+distribution). `set_up_tasks` registers the tasks, offers their seeds and
+seals the set-up step in one transaction, so training step 0 can read its
+snapshot and a process killed during set-up leaves nothing half done. Seeds
+offered later (`seed_task`, `seed_from_journal`) join as of the next unsealed
+step.
 """
 
 from __future__ import annotations
@@ -64,12 +66,15 @@ def task_reference(task: Any) -> TaskReference:
     return TaskReference(task.id, "lower" if lower else "higher", top, float(baseline))
 
 
-def seed_tasks(buffer: StateBuffer, tasks: Iterable[Any]) -> list[str]:
-    """Register each task's references and offer its draft seed; the seeds' state ids."""
-    ids = []
-    for task in tasks:
-        ref = task_reference(task)
-        buffer.register_task(ref)
-        seed_task(buffer, task.id, ref.direction)
-        ids.append(State.draft(task.id, direction=ref.direction).state_id)
-    return ids
+def set_up_tasks(buffer: StateBuffer, tasks: Iterable[Any], journals: Iterable[Journal] = ()) -> bool:
+    """The buffer's set-up, in one transaction: each task's references and draft seed,
+    and the state before every node of each expert journal as a seed; then the set-up
+    step is sealed. False (nothing done) when the buffer was set up already, so a
+    resumed run calls it again safely."""
+    if buffer.sealed_step is not None:
+        return False
+    references = [task_reference(task) for task in tasks]
+    seeds = [State.draft(ref.task_id, direction=ref.direction) for ref in references]
+    for journal in journals:
+        seeds.extend(journal_states(journal))
+    return buffer.set_up(references, seeds)
