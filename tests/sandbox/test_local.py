@@ -23,6 +23,7 @@ from mleforge.sandbox.env import THREAD_VARS
 from mleforge.sandbox.local import LocalExecutor
 from mleforge.sandbox.process import marked_processes
 from tests.sandbox.conftest import CANARY_TASK
+from tests.waiting import wait_for
 
 SOLUTION = (Path(__file__).parent / "hostile" / "valid_solution.py").read_text()
 
@@ -83,10 +84,7 @@ def test_a_group_runs_concurrently_in_order(executor, canary):
     if executor.name == "ray":  # finished tasks hand their CPUs back a moment later
         import ray
 
-        for _ in range(100):
-            if ray.available_resources().get("CPU", 0) >= n:
-                break
-            time.sleep(0.1)
+        wait_for(lambda: ray.available_resources().get("CPU", 0) >= n)
     start = time.monotonic()
     results = asyncio.run(executor.run_batch(scripts, canary, max_workers=n))
     elapsed = time.monotonic() - start
@@ -142,6 +140,27 @@ def test_kept_workspace(executor, canary):
         remove_tree(Path(result.workspace).parent)
 
 
+def describe(pids: list[int]) -> str:
+    """For a failure message: each process's state, parent, group, session, children,
+    signal masks and command line (which process survived, and why, shows there)."""
+    lines = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state, ppid, pgid, sid = f.read().rsplit(")", 1)[1].split()[:4]
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                children = f.read().split()
+            with open(f"/proc/{pid}/status") as f:
+                masks = " ".join(line.split()[0] + line.split()[1] for line in f if line.startswith(("Sig", "ShdPnd")))
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:160]
+        except OSError:
+            lines.append(f"pid {pid}: gone")
+            continue
+        lines.append(f"pid {pid} state {state} ppid {ppid} pgid {pgid} sid {sid} children {children} {masks}: {cmd}")
+    return "\n".join(lines)
+
+
 @pytest.mark.parametrize("kind", ["local", "pool"])
 @pytest.mark.parametrize("isolation", ["bwrap", "none"])
 def test_nothing_survives_a_killed_parent(kind, isolation, data_root, tmp_path, canary):
@@ -176,11 +195,9 @@ def test_nothing_survives_a_killed_parent(kind, isolation, data_root, tmp_path, 
         parent.wait()
         # The pool's zygote carries the folder in its command line (bwrap) or environment.
         markers = [run_id.encode(), str(base).encode()]
-        for _ in range(100):
-            if not any(marked_processes(m) for m in markers):
-                break
-            time.sleep(0.05)
-        assert [marked_processes(m) for m in markers] == [[], []]
+        wait_for(lambda: not any(marked_processes(m) for m in markers))
+        survivors = sorted({pid for m in markers for pid in marked_processes(m)})
+        assert survivors == [], describe(survivors)
     finally:
         parent.kill()
     # The next executor on the same folder removes what the dead one left.

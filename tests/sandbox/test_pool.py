@@ -16,6 +16,7 @@ from mleforge.errors import SandboxError
 from mleforge.sandbox import RunLimits
 from mleforge.sandbox.pool import PoolExecutor
 from mleforge.sandbox.process import marked_processes
+from tests.waiting import wait_for
 
 SOLUTION = (Path(__file__).parent / "hostile" / "valid_solution.py").read_text()
 
@@ -91,10 +92,7 @@ def test_100_runs_leave_nothing_behind(pool, canary):
     assert sum(r.killed_by == "signal" for r in results) == 20
     (zygote,) = pool.zygotes
     expected = 2 if pool.isolation == "bwrap" else 0  # bwrap's monitor and init, then the zygote
-    for _ in range(100):  # shims exit just after reporting
-        if len(_descendants(zygote["pid"])) == expected:
-            break
-        time.sleep(0.05)
+    wait_for(lambda: len(_descendants(zygote["pid"])) == expected)  # shims exit just after reporting
     assert len(_descendants(zygote["pid"])) == expected
     assert all(marked_processes(r.run_id.encode()) == [] for r in results)
     left = sorted(p.name for p in pool.workspaces_dir.iterdir())
@@ -197,10 +195,7 @@ def test_closing_the_pool_ends_runs_in_flight(tmp_path, canary):
 
     runner = threading.Thread(target=run)
     runner.start()
-    for _ in range(200):
-        if executor.zygotes and executor.zygotes[0]["users"]:
-            break
-        time.sleep(0.05)
+    wait_for(lambda: executor.zygotes and executor.zygotes[0]["users"])
     time.sleep(0.5)
     start = time.monotonic()
     executor.close()

@@ -12,6 +12,7 @@ import pytest
 
 from mleforge.sandbox import RunLimits
 from mleforge.sandbox.process import marked_processes
+from tests.waiting import wait_for
 
 pytest.importorskip("ray", reason="ray is not installed: pip install 'mleforge[ray]'")
 
@@ -40,10 +41,7 @@ def test_a_stuck_node_is_force_cancelled(ray_executor, canary, probe, monkeypatc
     assert time.monotonic() - start < 10
     assert result.killed_by == "timeout" and result.timed_out
     assert any("ray.cancel force=True" in w for w in result.warnings)
-    for _ in range(100):  # the worker was killed; bwrap and the script die with it
-        if not marked_processes(f"{probe}-stuck".encode()):
-            break
-        time.sleep(0.1)
+    wait_for(lambda: not marked_processes(f"{probe}-stuck".encode()))  # bwrap and the script die with the worker
     assert marked_processes(f"{probe}-stuck".encode()) == []
     monkeypatch.undo()
     assert ray_executor.run("print('next')", canary).stdout == "next\n"  # a new worker serves

@@ -38,6 +38,7 @@ import marshal
 import os
 import resource
 import sys
+import time
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -130,21 +131,40 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
-def _kill_all(child: int) -> None:
-    """SIGKILL the script's group and every process below us, until none is left."""
+def _kill_all(child: int, patience_s: float = 10.0) -> None:
+    """SIGKILL the script's group and every process below us, until none is left alive.
+
+    One scan that finds only zombies is not proof: a process whose parent dies while
+    we scan moves from that parent's children to ours (we are the subreaper), and the
+    scan can read our list before the move and the parent's after it. So we stop only
+    when two scans in a row find the same processes and none of them alive. The
+    killed ones may also be inside fork(), or slow to be scheduled on a loaded machine:
+    the rounds go on, with short pauses, until then; `patience_s` bounds the wait for
+    processes that cannot die (uninterruptible sleep)."""
     try:  # noqa: SIM105
         os.killpg(child, signal.SIGKILL)
     except OSError:
         pass
-    for _ in range(50):
-        alive = [p for p in _descendants(os.getpid()) if not _is_zombie(p)]
+    deadline = time.monotonic() + patience_s
+    pause, previous = 0.0005, None
+    while True:
+        found = _descendants(os.getpid())
+        alive = [p for p in found if not _is_zombie(p)]
         if not alive:
-            return
+            if previous == set(found):
+                return
+            previous = set(found)
+            continue
+        previous = None
         for pid in alive:
             try:  # noqa: SIM105
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+        if time.monotonic() > deadline:
+            return
+        time.sleep(pause)
+        pause = min(2 * pause, 0.02)
 
 
 def _is_zombie(pid: int) -> bool:
@@ -168,7 +188,7 @@ def _forget_the_zygote() -> None:
         tempfile.tempdir = None
 
 
-def _run_script(script: str, status_fd: int, pdeathsig: bool, warm: bool = False) -> None:
+def _run_script(script: str, status_fd: int, pdeathsig: bool, warm: bool = False, supervisor: int = 0) -> None:
     """In the forked child: become the script. Never returns."""
     os.close(status_fd)
     if warm:
@@ -176,9 +196,12 @@ def _run_script(script: str, status_fd: int, pdeathsig: bool, warm: bool = False
     os.setpgid(0, 0)
     if pdeathsig:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != supervisor:  # it died before the death signal was asked for
+            os._exit(1)
     for name in _IGNORED_HERE:
         signal.signal(getattr(signal, name), signal.SIG_DFL)
     signal.signal(PARENT_DIED, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {PARENT_DIED})  # blocked by the supervisor around fork
     signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = [script]
     sys.path[0] = os.path.dirname(script)
@@ -285,9 +308,14 @@ def supervise(cfg: dict) -> None:
     _set_limits(cfg)
     _emit(status_fd, {"event": "started", "pid": os.getpid(), "uid": os.getuid()})
 
+    # The executor may die while we fork: its death signal waits until `child` is set,
+    # so the handler kills the new script instead of exiting and leaving it running.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {PARENT_DIED})
+    supervisor = os.getpid()
     child = os.fork()
     if child == 0:
-        _run_script(cfg["script"], status_fd, bool(cfg.get("pdeathsig")), bool(cfg.get("warm")))
+        _run_script(cfg["script"], status_fd, bool(cfg.get("pdeathsig")), bool(cfg.get("warm")), supervisor)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {PARENT_DIED})
     _emit(status_fd, {"event": "spawned", "pid": child})
 
     timed_out = False
