@@ -115,7 +115,7 @@ def run_one(kind: str, seed: int, args: argparse.Namespace, workdir: Path) -> di
     )
     learner = Learner(args)
     init = np.random.default_rng(seed)
-    seed_ids, references, seeds = [], [], []
+    references, seeds = [], []
     for t in range(args.tasks):
         task = f"task{t}"
         references.append(TaskReference(task, "higher", top=1.0, baseline=0.0))
@@ -123,8 +123,8 @@ def run_one(kind: str, seed: int, args: argparse.Namespace, workdir: Path) -> di
             ideas = (f"idea {i}",) if i else ()
             seeds.append(State.draft(task, ideas, direction="higher"))
             learner.add(seeds[-1].state_id, task, float(init.normal(-0.5, 2.0)), 0.0)
-            seed_ids.append(seeds[-1].state_id)
     buffer.set_up(references, seeds)
+    seed_ids = [s.state_id for s in seeds]
     sampler = make_sampler(
         SamplerConfig(kind=kind, group_size=args.group_size, tau=args.tau, epsilon=args.epsilon, seed=seed),
         buffer.learnability,

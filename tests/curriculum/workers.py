@@ -30,11 +30,11 @@ CRASH = ExecutionSummary(1, False, None, 1.0, "", "Traceback: KeyError 'x'\n", F
 
 
 def open_stream(path: str) -> StateBuffer:
-    """Open (or create) the stream's buffer; seed and seal the set-up step if not done yet."""
+    """Open (or create) the stream's buffer; seed and seal the set-up step if not done yet
+    (one transaction: a kill leaves all of it or none; a restart finds it done)."""
     buffer = StateBuffer(path, STREAM_CONFIG)
-    if buffer.sealed_step is None:  # one transaction: a kill leaves all of it or none
-        buffer.set_up([TaskReference(task, "higher", top=1.0, baseline=0.5) for task in TASKS],
-                      [State.draft(task, direction="higher") for task in TASKS])
+    buffer.set_up([TaskReference(task, "higher", top=1.0, baseline=0.5) for task in TASKS],
+                  [State.draft(task, direction="higher") for task in TASKS])
     return buffer
 
 

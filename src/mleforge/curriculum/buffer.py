@@ -83,6 +83,10 @@ class FeedbackSummary:
         return asdict(self)
 
 
+def _as_offers(items: Iterable[Offer | State]) -> list[Offer]:
+    return [o if isinstance(o, Offer) else Offer(o) for o in items]
+
+
 def _better(a: float | None, b: float | None, direction: str) -> float | None:
     if a is None:
         return b
@@ -204,8 +208,7 @@ class StateBuffer:
                 return False
             for reference in references:
                 self._register(cur, reference)
-            self._offer(cur, [o if isinstance(o, Offer) else Offer(o) for o in seeds], SETUP_STEP, True,
-                        refresh=False)
+            self._offer(cur, _as_offers(seeds), SETUP_STEP, True, refresh=False)
             self._seal(cur, SETUP_STEP)
             return True
 
@@ -230,7 +233,7 @@ class StateBuffer:
         seal, else as of the next unsealed step. Rollout states name their step.
         """
         with self._write() as cur:
-            return self._offer(cur, [o if isinstance(o, Offer) else Offer(o) for o in offers], step, seed)
+            return self._offer(cur, _as_offers(offers), step, seed)
 
     def record(self, rollouts: Sequence[RolloutRecord], step: int) -> None:
         """Count executed rollouts of buffer states at `step` (which must be unsealed)."""
