@@ -19,7 +19,8 @@ an identical earlier run into a lookup in a SQLite `ResultCache`.
 
 from mleforge.sandbox.cache import ResultCache
 from mleforge.sandbox.caching import CachingExecutor
-from mleforge.sandbox.executor import EXECUTOR_KINDS, Executor, make_executor
+from mleforge.sandbox.executor import Executor
+from mleforge.sandbox.factory import EXECUTOR_KINDS, make_executor
 from mleforge.sandbox.limits import RunLimits
 from mleforge.sandbox.result import KILLED_BY, ExecutionResult
 

@@ -21,8 +21,9 @@ import tempfile
 import threading
 from pathlib import Path
 
+from mleforge.sandbox.batch import BatchRuns
 from mleforge.sandbox.cache import CacheKey, ResultCache, cacheable, environment_fingerprint
-from mleforge.sandbox.executor import BatchRuns, Executor
+from mleforge.sandbox.executor import Executor
 from mleforge.sandbox.limits import RunLimits
 from mleforge.sandbox.result import ExecutionResult
 from mleforge.sandbox.workspace import SUBMISSION_NAME, remove_tree

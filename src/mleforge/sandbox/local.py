@@ -32,8 +32,8 @@ from pathlib import Path
 
 from mleforge.errors import ConfigError, SandboxError
 from mleforge.sandbox import bwrap as bw
+from mleforge.sandbox.batch import BatchRuns
 from mleforge.sandbox.env import sandbox_env
-from mleforge.sandbox.executor import BatchRuns
 from mleforge.sandbox.interpreter import exposes, python_roots, supervisor_command
 from mleforge.sandbox.limits import MIB, RunLimits
 from mleforge.sandbox.process import Watched, kill_group, sweep, watch

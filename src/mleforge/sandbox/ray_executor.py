@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from mleforge.errors import MissingExtra, SandboxError
-from mleforge.sandbox.executor import BatchRuns
+from mleforge.sandbox.batch import BatchRuns
 from mleforge.sandbox.limits import MIB, RunLimits
 from mleforge.sandbox.result import ExecutionResult
 from mleforge.sandbox.workspace import SUBMISSION_NAME, Session, remove_tree
