@@ -35,7 +35,7 @@ from rich.table import Table
 
 from _policy_tables import console, per_policy, per_task_table
 from mleforge.reward.components import CASES as OUTCOMES
-from mleforge.tasks.prepare import prepare
+from mleforge.tasks.preparation import prepare
 from mleforge.tasks.registry import TaskRegistry
 
 

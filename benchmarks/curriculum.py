@@ -61,7 +61,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mleforge.agent.records import ExecutionSummary, State
+from mleforge.agent.execution import ExecutionSummary
+from mleforge.agent.state import State
 from mleforge.curriculum.buffer import StateBuffer
 from mleforge.curriculum.config import BufferConfig, LearnabilityConfig, SamplerConfig
 from mleforge.curriculum.feedback import step_feedback

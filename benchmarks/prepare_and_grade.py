@@ -27,7 +27,7 @@ from rich.table import Table
 
 from mleforge.grading.grader import grade
 from mleforge.reference.leaderboard import build_leaderboard, library_versions
-from mleforge.tasks.prepare import prepare
+from mleforge.tasks.preparation import prepare
 from mleforge.tasks.registry import TaskRegistry
 
 STAGES = ("prepare_s", "verify_s", "grade_s", "leaderboard_s")

@@ -156,11 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from mleforge.sandbox.caching import CachingExecutor
+    from mleforge.sandbox.caching_executor import CachingExecutor
     from mleforge.sandbox.local import LocalExecutor
-    from mleforge.sandbox.pool import PoolExecutor
+    from mleforge.sandbox.pool.executor import PoolExecutor
     from mleforge.sandbox.workspace import remove_tree
-    from mleforge.tasks.prepare import prepare
+    from mleforge.tasks.preparation import prepare
     from mleforge.tasks.registry import TaskRegistry
 
     task = TaskRegistry(mlebench=False).get(args.task)

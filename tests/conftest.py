@@ -31,7 +31,7 @@ def registry(data_root):
 @pytest.fixture(scope="session")
 def prepared_registry(registry):
     """The built-in suite, prepared once for the whole session."""
-    from mleforge.tasks.prepare import prepare
+    from mleforge.tasks.preparation import prepare
 
     for task in registry.tasks():
         prepare(task)

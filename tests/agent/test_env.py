@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mleforge.agent.env import EnvError, MLEEnv, check_env
-from mleforge.agent.records import State
+from mleforge.agent.state import State
 from mleforge.sandbox import make_executor
 from mleforge.tasks.registry import BUILTIN_DIR
 from tests.agent.scripted import COPY_SAMPLE, CRASH

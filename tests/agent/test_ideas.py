@@ -18,7 +18,7 @@ from mleforge.agent.ideas import (
     sample_ideas,
     select_diverse,
 )
-from mleforge.agent.records import State
+from mleforge.agent.state import State
 from mleforge.errors import MissingExtra
 from mleforge.policies import Completion
 

@@ -6,8 +6,11 @@ from dataclasses import replace
 
 import pytest
 
+from mleforge.agent.execution import ExecutionSummary
+from mleforge.agent.journal import Journal
+from mleforge.agent.node import Node
 from mleforge.agent.prompts import PromptConfig, data_overview, render_prompt
-from mleforge.agent.records import ExecutionSummary, Journal, Node, State
+from mleforge.agent.state import State
 from mleforge.errors import ConfigError
 
 SCRIPT = 'import pandas as pd\ntrain = pd.read_csv("./input/train.csv")\nprint(train["Age"].mean())\n'

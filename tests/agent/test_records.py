@@ -9,14 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from mleforge.agent.records import (
-    ExecutionSummary,
-    Journal,
-    Node,
-    RecordError,
-    State,
-    trim_head_tail,
-)
+from mleforge.agent.execution import ExecutionSummary, trim_head_tail
+from mleforge.agent.fields import RecordError
+from mleforge.agent.journal import Journal
+from mleforge.agent.node import Node
+from mleforge.agent.state import State
 
 
 def run(returncode=0, stdout="val acc 0.8\n", stderr="", submission=True, **kw) -> ExecutionSummary:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mleforge.agent.records import Journal
+from mleforge.agent.journal import Journal
 
 
 def _needs(package: str) -> None:

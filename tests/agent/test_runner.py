@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mleforge.agent.records import Journal
+from mleforge.agent.journal import Journal
 from mleforge.agent.runner import EpisodeConfig, EpisodeRunner
 from mleforge.agent.search import SearchConfig
 from mleforge.errors import ConfigError

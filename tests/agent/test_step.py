@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mleforge.agent.records import Journal, State
+from mleforge.agent.journal import Journal
+from mleforge.agent.state import State
 from mleforge.agent.step import RewardContext, run_step
 from mleforge.reward import RewardConfig
 from mleforge.sandbox import make_executor

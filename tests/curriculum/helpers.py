@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from mleforge.agent.records import ExecutionSummary, Journal, Node, State
+from mleforge.agent.execution import ExecutionSummary
+from mleforge.agent.journal import Journal
+from mleforge.agent.node import Node
+from mleforge.agent.state import State
 from mleforge.curriculum.records import RolloutRecord
 
 OK = ExecutionSummary(0, False, None, 1.0, "val 0.8\n", "", True)

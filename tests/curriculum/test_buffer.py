@@ -279,7 +279,7 @@ def test_set_up_is_one_transaction_and_runs_once(tmp_path):
 
 
 def test_set_up_tasks_from_built_in_tasks_and_an_expert_journal(tmp_path, prepared_registry):
-    from mleforge.agent.records import State
+    from mleforge.agent.state import State
     from mleforge.curriculum.seeds import set_up_tasks, task_reference
 
     tasks = [prepared_registry.get("penguins"), prepared_registry.get("diabetes")]

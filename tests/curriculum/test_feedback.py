@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mleforge.agent.records import ExecutionSummary
+from mleforge.agent.execution import ExecutionSummary
 from mleforge.curriculum.buffer import StateBuffer
 from mleforge.curriculum.config import BufferConfig
 from mleforge.curriculum.errors import CurriculumError

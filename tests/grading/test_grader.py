@@ -10,7 +10,7 @@ import pytest
 from mleforge.errors import GraderError
 from mleforge.grading.grader import grade
 from mleforge.grading.report import GradeReport, aggregate_reports
-from mleforge.tasks.prepare import prepare
+from mleforge.tasks.preparation import prepare
 from mleforge.tasks.registry import TaskRegistry
 from tests.tasks.helpers import write_task
 

@@ -8,7 +8,9 @@ from dataclasses import replace
 import pytest
 
 from mleforge.agent.actions import parse_completion
-from mleforge.agent.records import ExecutionSummary, Journal, Node, State
+from mleforge.agent.execution import ExecutionSummary
+from mleforge.agent.journal import Journal
+from mleforge.agent.node import Node
 from mleforge.agent.scriptgen import (
     ScriptSpec,
     describe,
@@ -17,6 +19,7 @@ from mleforge.agent.scriptgen import (
     render_script,
     task_profile,
 )
+from mleforge.agent.state import State
 from mleforge.agent.step import RewardContext, run_step
 from mleforge.policies import PolicyError, SamplingConfig, make_policy
 from mleforge.policies.template import TemplatePolicy, catalog, catalog_ideas, match_idea

@@ -12,7 +12,7 @@ from mleforge.errors import ConfigError
 from mleforge.reference import leaderboard as lb
 from mleforge.reference.features import ColumnRoles, build_preprocessor, date_parts, infer_roles
 from mleforge.reference.solutions import ReferenceSolution, pick_solution, solution_grid
-from mleforge.tasks.prepare import prepare
+from mleforge.tasks.preparation import prepare
 from mleforge.tasks.registry import BUILTIN_DIR, TaskRegistry
 from mleforge.tasks.spec import load_task_spec
 from mleforge.utils.io import read_public

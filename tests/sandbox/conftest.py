@@ -26,7 +26,7 @@ def canary_registry(data_root):
 
 @pytest.fixture(scope="session")
 def canary(canary_registry):
-    from mleforge.tasks.prepare import prepare
+    from mleforge.tasks.preparation import prepare
 
     task = canary_registry.get("sandbox-canary")
     prepare(task)
@@ -85,7 +85,7 @@ def ray_cluster():
 def executor(request, sandbox_base):
     """Each executor, under bwrap (skipped where bwrap does not work) and unisolated."""
     from mleforge.sandbox.local import LocalExecutor
-    from mleforge.sandbox.pool import PoolExecutor
+    from mleforge.sandbox.pool.executor import PoolExecutor
 
     kind, isolation = request.param.split("-")
     if kind == "ray":

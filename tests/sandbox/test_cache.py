@@ -14,10 +14,10 @@ import pytest
 
 from mleforge.grading.grader import grade
 from mleforge.sandbox import RunLimits
-from mleforge.sandbox.cache import CacheKey, ResultCache, cacheable
-from mleforge.sandbox.caching import CachingExecutor, public_checksum
+from mleforge.sandbox.caching_executor import CachingExecutor, public_checksum
 from mleforge.sandbox.local import LocalExecutor
 from mleforge.sandbox.result import ExecutionResult
+from mleforge.sandbox.result_cache import CacheKey, ResultCache, cacheable
 
 SOLUTION = (Path(__file__).parent / "hostile" / "valid_solution.py").read_text()
 
@@ -140,7 +140,7 @@ def test_cancelled_and_kept_runs_are_not_cached(cached, canary):
 
 def test_the_data_checksum_follows_the_public_data(canary):
     checksum = public_checksum(canary)
-    from mleforge.sandbox.caching import checksum_of_folder
+    from mleforge.sandbox.caching_executor import checksum_of_folder
 
     assert checksum == checksum_of_folder(canary.public_dir)  # manifest and files agree
 
@@ -166,7 +166,7 @@ def test_a_tampered_row_is_dropped(tmp_path, sql, caplog):
 
 
 def test_a_row_with_a_forged_checksum_still_has_to_parse(tmp_path):
-    from mleforge.sandbox.cache import _checksum
+    from mleforge.sandbox.result_cache import _checksum
 
     path = tmp_path / "c.sqlite"
     cache = ResultCache(path)

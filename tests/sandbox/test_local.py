@@ -59,7 +59,7 @@ def test_mleforge_itself_is_not_importable_inside(executor, canary):
 
 @pytest.mark.slow
 def test_500_mb_of_pandas_fits_the_default_limits(executor, registry):
-    from mleforge.tasks.prepare import prepare
+    from mleforge.tasks.preparation import prepare
 
     task = registry.get("titanic")
     prepare(task)
@@ -173,7 +173,7 @@ def test_nothing_survives_a_killed_parent(kind, isolation, data_root, tmp_path, 
             f"PoolExecutor({isolation!r}, base_dir={str(base)!r}, preload=['json'])")
     code = textwrap.dedent(f"""
         from mleforge.sandbox.local import LocalExecutor
-        from mleforge.sandbox.pool import PoolExecutor
+        from mleforge.sandbox.pool.executor import PoolExecutor
         from mleforge.tasks.registry import TaskRegistry
         task = TaskRegistry(task_dirs=[{str(CANARY_TASK)!r}], include_builtin=False,
                             data_dir={str(data_root)!r}, mlebench=False).get("sandbox-canary")
@@ -280,7 +280,7 @@ def test_roots_under_host_tmp_stay_visible_inside_private_tmp(kind, canary, sand
     must not hide it, while nothing else of the host's /tmp shows (a regression: the
     pool's zygote had imported pandas from there and its runs then failed to import
     pandas' lazily loaded modules)."""
-    from mleforge.sandbox.pool import PoolExecutor
+    from mleforge.sandbox.pool.executor import PoolExecutor
 
     cls = LocalExecutor if kind == "local" else PoolExecutor
     if why := _bwrap_unusable(cls, sandbox_base):

@@ -14,7 +14,7 @@ import pytest
 
 from mleforge.errors import SandboxError
 from mleforge.sandbox import RunLimits
-from mleforge.sandbox.pool import PoolExecutor
+from mleforge.sandbox.pool.executor import PoolExecutor
 from mleforge.sandbox.process import marked_processes
 from tests.waiting import wait_for
 
@@ -205,7 +205,7 @@ def test_closing_the_pool_ends_runs_in_flight(tmp_path, canary):
 
 
 def test_isolation_needs_root(tmp_path, monkeypatch):
-    import mleforge.sandbox.pool as pool_module
+    import mleforge.sandbox.pool.executor as pool_module
 
     monkeypatch.setattr(pool_module.os, "geteuid", lambda: 1000)
     with PoolExecutor("auto", base_dir=tmp_path) as executor:

@@ -56,7 +56,7 @@ def test_cancel_event(ray_executor, canary):
 
 
 def test_task_data_is_unpacked_once_per_node(ray_executor, canary):
-    from mleforge.sandbox.caching import public_checksum
+    from mleforge.sandbox.caching_executor import public_checksum
 
     ray_executor.run("print(1)", canary)
     root = Path(os.environ.get("MLEFORGE_RAY_DATA") or Path(tempfile.gettempdir()) / f"mleforge-ray-data-{os.getuid()}")

@@ -10,7 +10,7 @@ import pytest
 
 from mleforge.grading.grader import grade
 from mleforge.grading.metrics import get_metric
-from mleforge.tasks.prepare import MANIFEST, prepare, sha256_file
+from mleforge.tasks.preparation import MANIFEST, prepare, sha256_file
 from mleforge.tasks.registry import BUILTIN_DIR, TaskRegistry
 
 BUILTIN_IDS = sorted(p.name for p in BUILTIN_DIR.iterdir() if (p / "task.yaml").is_file())

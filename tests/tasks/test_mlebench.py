@@ -13,7 +13,7 @@ from mleforge.errors import DataNotPrepared, TaskNotFound
 from mleforge.grading.grader import grade
 from mleforge.grading.report import MLEBENCH_FIELDS, aggregate_reports
 from mleforge.tasks.mlebench import MLEBenchSource
-from mleforge.tasks.prepare import prepare
+from mleforge.tasks.preparation import prepare
 from mleforge.tasks.registry import TaskRegistry
 
 COMP = "spaceship-mini"

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from mleforge.errors import DataNotPrepared, PreparationError
-from mleforge.tasks.prepare import MANIFEST, prepare, require_prepared, verify
+from mleforge.tasks.preparation import MANIFEST, prepare, require_prepared, verify
 from mleforge.tasks.registry import TaskRegistry
 from tests.tasks.helpers import PREPARE, write_task
 
@@ -84,7 +84,7 @@ def test_killed_preparer_leaves_nothing_usable(tiny, tmp_path):
         'private / "answers.csv", index=False)\n    import time; print("ready", flush=True); time.sleep(60)'))
     code = textwrap.dedent(f"""
         from mleforge.tasks.registry import TaskRegistry
-        from mleforge.tasks.prepare import prepare
+        from mleforge.tasks.preparation import prepare
         r = TaskRegistry(task_dirs=[{str(tiny.spec.folder.parent)!r}], include_builtin=False,
                          data_dir={str(tiny.data_dir.parent)!r}, mlebench=False)
         prepare(r.get("tiny"))

@@ -1,5 +1,5 @@
-"""The agent scaffold: records (Node, Journal, State), prompts, and parsing completions into actions.
+"""The agent scaffold: records (Node, Journal, State: one module each), prompts, and parsing completions into actions.
 
-Import from the submodules (`mleforge.agent.records`, `.actions`, `.prompts`);
+Import from the submodules (`mleforge.agent.state`, `.journal`, `.node`, `.actions`, `.prompts`);
 this package imports nothing itself, so loading the records stays light.
 """

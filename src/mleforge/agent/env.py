@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from mleforge.agent.journal import Journal
 from mleforge.agent.prompts import PromptConfig, render_prompt
-from mleforge.agent.records import Journal, State
 from mleforge.agent.search import SearchConfig, next_state
+from mleforge.agent.state import State
 from mleforge.agent.step import RewardContext, node_id_for, run_step
 from mleforge.errors import ConfigError, MleforgeError
 from mleforge.reward import RewardConfig

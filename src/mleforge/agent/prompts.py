@@ -18,9 +18,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from mleforge.agent.records import ExecutionSummary, Journal, Node, State, trim_head_tail
+from mleforge.agent.execution import ExecutionSummary, trim_head_tail
+from mleforge.agent.journal import Journal
+from mleforge.agent.node import Node
+from mleforge.agent.state import State
 from mleforge.errors import ConfigError
-from mleforge.tasks.prepare import require_prepared
+from mleforge.tasks.preparation import require_prepared
 from mleforge.tasks.task import Task
 
 # The workspace layout a script runs in (the sandbox builds it).

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mleforge.agent.records import Journal, State
+from mleforge.agent.journal import Journal
+from mleforge.agent.state import State
 from mleforge.errors import ConfigError
 
 

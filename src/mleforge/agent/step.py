@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from mleforge.agent.actions import ActionFormatError, parse_completion
-from mleforge.agent.records import ExecutionSummary, Node, State
+from mleforge.agent.execution import ExecutionSummary
+from mleforge.agent.node import Node
+from mleforge.agent.state import State
 from mleforge.grading.grader import grade, sample_submission_score
 from mleforge.grading.report import GradeReport
 from mleforge.reward import RewardBreakdown, RewardConfig, compute_reward

@@ -29,7 +29,7 @@ def _selected(args: argparse.Namespace, registry) -> list:
 
 
 def _rows(task) -> dict:
-    from mleforge.tasks.prepare import read_manifest
+    from mleforge.tasks.preparation import read_manifest
 
     manifest = read_manifest(task)
     return (manifest or {}).get("rows", {"train": None, "test": None})
@@ -72,7 +72,7 @@ def cmd_tasks_show(args: argparse.Namespace) -> int:
 def cmd_tasks_prepare(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from mleforge.tasks.prepare import prepare
+    from mleforge.tasks.preparation import prepare
 
     tasks = _selected(args, _registry(args))
     results = []
@@ -103,7 +103,7 @@ def cmd_tasks_leaderboard(args: argparse.Namespace) -> int:
         check_leaderboard,
         write_leaderboard,
     )
-    from mleforge.tasks.prepare import prepare
+    from mleforge.tasks.preparation import prepare
 
     tasks = _selected(args, _registry(args))
     out, failed = [], False
@@ -172,7 +172,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     from mleforge.cli.output import console
     from mleforge.grading.grader import grade
     from mleforge.sandbox import RunLimits, make_executor
-    from mleforge.tasks.prepare import prepare
+    from mleforge.tasks.preparation import prepare
 
     task = _registry(args).get(args.task)
     script_path = Path(args.script)
@@ -183,7 +183,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     options = {"isolation": args.isolation} if args.isolation else {}
     executor = make_executor(args.executor, **options)
     if args.cache:
-        from mleforge.sandbox.caching import CachingExecutor
+        from mleforge.sandbox.caching_executor import CachingExecutor
 
         executor = CachingExecutor(executor, args.cache, max_mb=args.cache_max_mb)
     with executor:
@@ -217,7 +217,7 @@ def cmd_tasks_solve(args: argparse.Namespace) -> int:
     from mleforge.grading.grader import grade
     from mleforge.grading.report import aggregate_reports
     from mleforge.reference.solutions import pick_solution
-    from mleforge.tasks.prepare import prepare
+    from mleforge.tasks.preparation import prepare
     from mleforge.utils.io import read_public
 
     tasks = _selected(args, _registry(args))
@@ -273,7 +273,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mleforge.agent.search import SearchConfig
     from mleforge.policies import make_policy
     from mleforge.sandbox import make_executor
-    from mleforge.tasks.prepare import prepare
+    from mleforge.tasks.preparation import prepare
 
     registry = _registry(args)
     task = registry.get(args.task)

@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mleforge.agent.records import State
+from mleforge.agent.state import State
 from mleforge.curriculum.config import BufferConfig, LearnabilityConfig
 from mleforge.curriculum.errors import StateBufferError, StepNotSealed, StepSealed
 from mleforge.curriculum.learnability import state_potential

@@ -18,7 +18,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mleforge.agent.actions import ActionFormatError, parse_completion
-from mleforge.agent.records import ExecutionSummary, Node, State
+from mleforge.agent.execution import ExecutionSummary
+from mleforge.agent.node import Node
+from mleforge.agent.state import State
 from mleforge.curriculum.buffer import FeedbackSummary, StateBuffer
 from mleforge.curriculum.errors import CurriculumError
 from mleforge.curriculum.learnability import is_success

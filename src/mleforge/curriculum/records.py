@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from mleforge.agent.records import DIRECTIONS, State
+from mleforge.agent.journal import DIRECTIONS
+from mleforge.agent.state import State
 from mleforge.curriculum.errors import CurriculumError
 from mleforge.reward.components import CASES
 

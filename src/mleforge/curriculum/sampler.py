@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from mleforge.agent.records import State
+from mleforge.agent.state import State
 from mleforge.curriculum.buffer import StateBuffer
 from mleforge.curriculum.config import LearnabilityConfig, SamplerConfig
 from mleforge.curriculum.errors import CurriculumError

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from mleforge.agent.records import Journal, State
+from mleforge.agent.journal import Journal
+from mleforge.agent.state import State
 from mleforge.curriculum.buffer import StateBuffer
 from mleforge.curriculum.records import TaskReference
 

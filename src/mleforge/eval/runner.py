@@ -136,7 +136,7 @@ class EvalGrid:
                               "use another folder, or pass --fresh to start it again")
 
     def _write_records(self) -> None:
-        from mleforge.tasks.prepare import prepare
+        from mleforge.tasks.preparation import prepare
 
         self.eval_dir.mkdir(parents=True, exist_ok=True)
         record = {"kind": "eval", "policy": self.config.policy, "tasks": [t.id for t in self.tasks],

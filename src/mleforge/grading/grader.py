@@ -14,7 +14,7 @@ from mleforge.grading.medals import rank_score
 from mleforge.grading.metrics import get_metric
 from mleforge.grading.report import GradeReport
 from mleforge.grading.submission import check_columns, prepare_for_metric, read_submission
-from mleforge.tasks.prepare import require_prepared
+from mleforge.tasks.preparation import require_prepared
 from mleforge.tasks.task import Task
 
 # MLE-bench rounds every score to 5 decimals before ranking it.

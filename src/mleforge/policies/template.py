@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from mleforge.agent.records import Journal, Node, State
+from mleforge.agent.journal import Journal
+from mleforge.agent.node import Node
 from mleforge.agent.scriptgen import (
     FOLDS,
     ScriptSpec,
@@ -49,6 +50,7 @@ from mleforge.agent.scriptgen import (
     render_script,
     task_profile,
 )
+from mleforge.agent.state import State
 from mleforge.errors import MleforgeError
 from mleforge.policies.base import (
     Completion,

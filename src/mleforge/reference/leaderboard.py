@@ -21,7 +21,7 @@ import pandas as pd
 from mleforge.errors import InvalidSubmission
 from mleforge.grading.grader import SCORE_DECIMALS, score_frame
 from mleforge.reference.solutions import ReferenceSolution, solution_grid
-from mleforge.tasks.prepare import prepare
+from mleforge.tasks.preparation import prepare
 from mleforge.tasks.task import Task
 from mleforge.utils.io import read_public
 

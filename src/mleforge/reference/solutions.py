@@ -257,7 +257,7 @@ class DataProfile:
 
 
 def data_profile(task: Task) -> DataProfile:
-    from mleforge.tasks.prepare import require_prepared
+    from mleforge.tasks.preparation import require_prepared
 
     require_prepared(task)
     path = task.public_dir / "train.csv"

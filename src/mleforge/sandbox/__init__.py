@@ -11,18 +11,18 @@ public data, read-only) and write `submission/submission.csv`.
 
 Executors (`make_executor(kind)`): `local` (a process tree per run, under bwrap
 where it works), `pool` (every run forked from a zygote that has already
-imported numpy, pandas and scikit-learn; pool.py says how it is isolated) and
+imported numpy, pandas and scikit-learn; pool/executor.py says how it is isolated) and
 `ray` (one Ray task per run, the local executor on the node; `pip install
 'mleforge[ray]'`). Any of them can sit behind a `CachingExecutor`, which turns
 an identical earlier run into a lookup in a SQLite `ResultCache`.
 """
 
-from mleforge.sandbox.cache import ResultCache
-from mleforge.sandbox.caching import CachingExecutor
+from mleforge.sandbox.caching_executor import CachingExecutor
 from mleforge.sandbox.executor import Executor
 from mleforge.sandbox.factory import EXECUTOR_KINDS, make_executor
 from mleforge.sandbox.limits import RunLimits
 from mleforge.sandbox.result import KILLED_BY, ExecutionResult
+from mleforge.sandbox.result_cache import ResultCache
 
 __all__ = [
     "EXECUTOR_KINDS", "KILLED_BY", "CachingExecutor", "ExecutionResult", "Executor", "ResultCache", "RunLimits",

@@ -30,7 +30,7 @@ Two ways to run it, picked by who we are:
 
 The warm pool's zygote lives in a sandbox of its own (`zygote_args`): the same
 system view, the workspaces folder and the task's public data, and a few
-capabilities with which each run makes its own namespaces (see pool.py).
+capabilities with which each run makes its own namespaces (see pool/executor.py).
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def system_args(ro_binds: tuple[str, ...], passwd: Path, group: Path) -> list[st
     return args
 
 
-# Where a warm pool's zygote sees what its runs need (see pool.py and zygote.py).
+# Where a warm pool's zygote sees what its runs need (see pool/executor.py and pool/zygote.py).
 ZYGOTE_ROOT = "/mleforge"
 # What the zygote keeps of root's powers: for its runs' namespaces and mounts, the uid
 # drop, and CAP_KILL so that a shim's death signal reaches its init, which by then runs

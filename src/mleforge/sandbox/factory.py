@@ -17,7 +17,7 @@ def make_executor(kind: str = "local", **options: Any) -> Executor:
 
         return LocalExecutor(**options)
     if kind == "pool":
-        from mleforge.sandbox.pool import PoolExecutor
+        from mleforge.sandbox.pool.executor import PoolExecutor
 
         return PoolExecutor(**options)
     if kind == "ray":

@@ -47,7 +47,7 @@ from mleforge.sandbox.workspace import (
     remove_tree,
     take_submission,
 )
-from mleforge.tasks.prepare import require_prepared
+from mleforge.tasks.preparation import require_prepared
 from mleforge.tasks.spec import Limits
 from mleforge.tasks.task import Task
 

@@ -42,7 +42,7 @@ from mleforge.sandbox.batch import BatchRuns
 from mleforge.sandbox.limits import MIB, RunLimits
 from mleforge.sandbox.result import ExecutionResult
 from mleforge.sandbox.workspace import SUBMISSION_NAME, Session, remove_tree
-from mleforge.tasks.prepare import require_prepared
+from mleforge.tasks.preparation import require_prepared
 from mleforge.tasks.spec import Limits
 from mleforge.tasks.task import Task
 
@@ -189,7 +189,7 @@ class RayExecutor(BatchRuns):
                 return None
 
     def _data_ref(self, task: Task) -> tuple[str, Any]:
-        from mleforge.sandbox.caching import public_checksum
+        from mleforge.sandbox.caching_executor import public_checksum
 
         key = public_checksum(task)
         with self._lock:
@@ -301,7 +301,7 @@ def _node_data(key: str, ref) -> Path:
     readable by the sandbox's uids, never written to again."""
     import fcntl
 
-    from mleforge.sandbox.caching import checksum_of_folder
+    from mleforge.sandbox.caching_executor import checksum_of_folder
 
     root = Path(os.environ.get(DATA_ENV) or Path(tempfile.gettempdir()) / f"mleforge-ray-data-{os.getuid()}")
     final = root / key / "public"

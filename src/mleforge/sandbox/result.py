@@ -51,7 +51,7 @@ class ExecutionResult:
     workspace: str | None = None  # kept workspaces only
     script_sha256: str = ""
     limits: dict[str, Any] = field(default_factory=dict)
-    cached: bool = False  # a result cache's copy of an earlier identical run (sandbox/caching.py)
+    cached: bool = False  # a result cache's copy of an earlier identical run (sandbox/caching_executor.py)
 
     @property
     def ok(self) -> bool:

@@ -19,7 +19,7 @@ Waiting with `wait4` on our own child is what gives exact exit statuses and
 per-run rusage (the parent's RUSAGE_CHILDREN would mix concurrent runs, and
 bwrap reports a signal death as an exit code of 128 + signal).
 
-The warm pool (zygote.py) runs this file as a module in its zygote and calls
+The warm pool (pool/zygote.py) runs this file as a module in its zygote and calls
 `supervise(cfg)` in a fresh fork per run, with `warm` set: the script's
 process then reseeds the random generators it inherited and ends without
 tearing down the preloaded modules (`_exit_warm`).

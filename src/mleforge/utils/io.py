@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mleforge.tasks.prepare import require_prepared
+from mleforge.tasks.preparation import require_prepared
 from mleforge.tasks.task import Task
 
 

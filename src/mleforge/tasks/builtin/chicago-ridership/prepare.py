@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from mleforge.tasks.preparing import write_csv
 from mleforge.tasks.sources import rdataset
+from mleforge.tasks.splits import write_csv
 
 ID = "id"
 TARGET = "ridership"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from mleforge.tasks.preparing import shuffled, split_frame, write_csv
 from mleforge.tasks.sources import rdataset
+from mleforge.tasks.splits import shuffled, split_frame, write_csv
 
 SEED = 42
 ID = "id"

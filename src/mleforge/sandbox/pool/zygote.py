@@ -1,6 +1,6 @@
 """The warm pool's zygote: imports the heavy modules once, then forks one fresh process tree per run.
 
-Like supervisor.py this runs where mleforge is not importable: pool.py sends
+Like supervisor.py this runs where mleforge is not importable: client.py sends
 this file's source, the supervisor's and a config over the control socket to a
 tiny bootstrap (`python -s -u -c BOOT ROLE RUN_ID_SLOT FD`), which makes them
 modules and calls `serve`. Standard library only.

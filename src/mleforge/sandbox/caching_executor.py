@@ -1,4 +1,4 @@
-"""CachingExecutor: any executor behind the result cache (see cache.py for what is cached).
+"""CachingExecutor: any executor behind the result cache (see result_cache.py for what is cached).
 
     with CachingExecutor(make_executor("pool"), "~/.cache/mleforge/results.sqlite") as executor:
         results = executor.run_many(group, task)   # identical scripts run once
@@ -22,12 +22,12 @@ import threading
 from pathlib import Path
 
 from mleforge.sandbox.batch import BatchRuns
-from mleforge.sandbox.cache import CacheKey, ResultCache, cacheable, environment_fingerprint
 from mleforge.sandbox.executor import Executor
 from mleforge.sandbox.limits import RunLimits
 from mleforge.sandbox.result import ExecutionResult
+from mleforge.sandbox.result_cache import CacheKey, ResultCache, cacheable, environment_fingerprint
 from mleforge.sandbox.workspace import SUBMISSION_NAME, remove_tree
-from mleforge.tasks.prepare import read_manifest, require_prepared, sha256_file
+from mleforge.tasks.preparation import read_manifest, require_prepared, sha256_file
 from mleforge.tasks.spec import Limits
 from mleforge.tasks.task import Task
 

@@ -55,9 +55,9 @@ from pathlib import Path
 from mleforge.errors import ConfigError, SandboxError
 from mleforge.sandbox import bwrap as bw
 from mleforge.sandbox.env import sandbox_env
-from mleforge.sandbox.forkserver import RUN_ID_SLOT, RunChannel, Zygote, ZygoteGone, zygote_command
 from mleforge.sandbox.limits import MIB, RunLimits
 from mleforge.sandbox.local import Isolation, LocalExecutor, _rlimits, supervisor_config
+from mleforge.sandbox.pool.client import RUN_ID_SLOT, RunChannel, Zygote, ZygoteGone, zygote_command
 from mleforge.sandbox.process import Spawned, Watched, sweep, watch
 from mleforge.sandbox.workspace import Workspace, _private_dir, disk_usage
 
