@@ -268,9 +268,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from mleforge.agent.ideas import explore, sample_ideas
     from mleforge.agent.runner import EpisodeConfig, EpisodeRunner
     from mleforge.agent.search import SearchConfig
+    from mleforge.expert.ideas import explore, sample_ideas
     from mleforge.policies import make_policy
     from mleforge.sandbox import make_executor
     from mleforge.tasks.preparation import prepare

