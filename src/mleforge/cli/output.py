@@ -46,3 +46,19 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
     for row in rows:
         table.add_row(*(fmt(v) for v in row))
     console.print(table)
+
+
+# One row per graded submission, as `grade`, `exec`, `tasks solve` and `run` print it.
+REPORT_COLUMNS = ["task", "metric", "score", "normalized", "medal", "above median", "valid", "reason"]
+
+
+def medal(report) -> str:
+    for name in ("gold", "silver", "bronze"):
+        if getattr(report, f"{name}_medal"):
+            return name
+    return "-"
+
+
+def report_row(report) -> list:
+    return [report.competition_id, report.metric, report.score, report.normalized_score, medal(report),
+            report.above_median, report.valid_submission, report.invalid_reason]

@@ -1,0 +1,66 @@
+"""What every command shares: the options of the CLI root, task selection, policy options.
+
+A command module adds `parents=[common()]` to each of its parsers to take the shared
+options (`--data-dir`, `--tasks-dir`, `--json`; read as `args.data_dir`, `args.tasks_dir`,
+`args.json`), then builds the task registry they name with `task_registry(args)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from mleforge.errors import MleforgeError
+
+POLICY_HELP = "template | openai:<model> | hf:<path> | bundled:smollm2-135m | bundled:qwen2.5-coder-0.5b"
+
+
+def common() -> argparse.ArgumentParser:
+    """The parent parser of every command: the shared options."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", help="data root (default $MLEFORGE_DATA or ~/.cache/mleforge/data)")
+    common.add_argument("--tasks-dir", action="append", help="a task folder or a folder of task folders (repeatable)")
+    common.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    return common
+
+
+def task_registry(args: argparse.Namespace):
+    """The task registry of the shared options: built-in tasks, `--tasks-dir`, `--data-dir`."""
+    from mleforge.tasks.registry import TaskRegistry
+
+    return TaskRegistry(task_dirs=args.tasks_dir or (), data_dir=args.data_dir)
+
+
+def add_selection(p: argparse.ArgumentParser) -> None:
+    """Task ids, or --all, or --lite (read by `selected`)."""
+    p.add_argument("ids", nargs="*", help="task ids")
+    p.add_argument("--all", action="store_true", help="every registered task")
+    p.add_argument("--lite", action="store_true", help="the lite subset")
+
+
+def selected(args: argparse.Namespace, registry) -> list:
+    if getattr(args, "all", False):
+        return registry.tasks()
+    if getattr(args, "lite", False):
+        return registry.select("lite")
+    if not args.ids:
+        raise MleforgeError("name task ids, or pass --all (or --lite)")
+    return [registry.get(i) for i in args.ids]
+
+
+def add_generation_options(p: argparse.ArgumentParser) -> None:
+    """Sampling, local-model threads and the sandbox backend of an agent run."""
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--max-new-tokens", type=int, default=2048)
+    p.add_argument("--threads", type=int, help="torch threads for local models")
+    p.add_argument("--executor", default="local", help="sandbox backend (default local)")
+
+
+def policy_options(args: argparse.Namespace, registry) -> dict:
+    """Options for make_policy: the template expert reads tasks from the same registry;
+    local models use one torch thread per core share."""
+    prefix = args.policy.partition(":")[0]
+    if prefix == "template":
+        return {"registry": registry}
+    if prefix in ("hf", "bundled") and args.threads:
+        return {"num_threads": args.threads}
+    return {}
