@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from mleforge.tasks.sources import rdataset
-from mleforge.tasks.splits import write_csv
+from mleforge.tasks.splits import write_split
 
 ID = "id"
 TARGET = "ridership"
@@ -28,7 +28,5 @@ def prepare(raw: Path, public: Path, private: Path) -> None:
 
     train, test = frame.iloc[:-TEST_DAYS], frame.iloc[-TEST_DAYS:]
     mean = round(float(train[TARGET].mean()), 4)
-    write_csv(train, public / "train.csv")
-    write_csv(test[[ID, *features]], public / "test.csv")
-    write_csv(pd.DataFrame({ID: test[ID], TARGET: mean}), public / "sample_submission.csv")
-    write_csv(test[[ID, TARGET]], private / "answers.csv")
+    write_split(public, private, train, test, id_column=ID, target=TARGET, features=features,
+                sample=mean)

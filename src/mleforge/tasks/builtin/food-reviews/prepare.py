@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from mleforge.tasks.sources import rdataset
-from mleforge.tasks.splits import shuffled, write_csv
+from mleforge.tasks.splits import numbered, write_split
 
 SEED = 42
 ID = "id"
@@ -23,13 +23,8 @@ def _frame(item: str) -> pd.DataFrame:
 
 def prepare(raw: Path, public: Path, private: Path) -> None:
     # The source ships its own train/test split (different products); keep it.
-    train = shuffled(_frame("training_data"), SEED)
-    test = shuffled(_frame("testing_data"), SEED + 1)
-    train.insert(0, ID, range(1, len(train) + 1))
-    test.insert(0, ID, range(len(train) + 1, len(train) + len(test) + 1))
+    train, test = numbered(_frame("training_data"), _frame("testing_data"), ID, SEED)
 
     prior = round(float(train[TARGET].mean()), 6)
-    write_csv(train, public / "train.csv")
-    write_csv(test[[ID, *FEATURES]], public / "test.csv")
-    write_csv(pd.DataFrame({ID: test[ID], TARGET: prior}), public / "sample_submission.csv")
-    write_csv(test[[ID, TARGET]], private / "answers.csv")
+    write_split(public, private, train, test, id_column=ID, target=TARGET, features=FEATURES,
+                sample=prior)

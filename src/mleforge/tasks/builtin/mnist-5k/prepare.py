@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from mleforge.tasks.sources import mnist_5k
-from mleforge.tasks.splits import shuffled, split_frame, write_csv
+from mleforge.tasks.splits import numbered_split, write_split
 
 SEED = 42
 ID = "id"
@@ -21,11 +21,7 @@ def prepare(raw: Path, public: Path, private: Path) -> None:
     features = [c for c in frame.columns if c != TARGET]
     frame = frame[[*features, TARGET]]
 
-    train, test = split_frame(frame, test_fraction=0.2, seed=SEED, stratify=TARGET)
-    train = shuffled(train, SEED)
-    test = shuffled(test, SEED + 1)
-    train.insert(0, ID, range(1, len(train) + 1))
-    test.insert(0, ID, range(len(train) + 1, len(train) + len(test) + 1))
+    train, test = numbered_split(frame, ID, test_fraction=0.2, seed=SEED, stratify=TARGET)
 
     sample = pd.DataFrame({ID: test[ID]})
     answers = pd.DataFrame({ID: test[ID]})
@@ -33,7 +29,5 @@ def prepare(raw: Path, public: Path, private: Path) -> None:
         sample[digit] = 0.1
         answers[digit] = (test[TARGET] == int(digit)).astype("int64")
 
-    write_csv(train, public / "train.csv")
-    write_csv(test[[ID, *features]], public / "test.csv")
-    write_csv(sample, public / "sample_submission.csv")
-    write_csv(answers, private / "answers.csv")
+    write_split(public, private, train, test, id_column=ID, target=TARGET, features=features,
+                sample=sample, answers=answers)
