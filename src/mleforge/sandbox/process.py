@@ -88,6 +88,60 @@ def _parse_events(raw: bytes) -> list[dict]:
     return events
 
 
+def _selector(fds: list[int]) -> selectors.BaseSelector:
+    selector = selectors.DefaultSelector()
+    for fd in fds:
+        selector.register(fd, selectors.EVENT_READ)
+    return selector
+
+
+def _wait_s(now: float, deadline: float, next_disk: float, drain_until: float | None, *,
+            polls_cancel: bool, polls_exit: bool, killed_at: float | None) -> float:
+    """How long one select may block: until the deadline, the next disk check, the end of
+    the drain, the next cancel or exit poll, or the moment a killed run counts as stuck."""
+    waits = [deadline - now, next_disk - now]
+    if drain_until is not None:
+        waits.append(drain_until - now)
+    if polls_cancel:
+        waits.append(CANCEL_POLL_S)
+    if polls_exit:
+        waits.append(POLL_S)
+    if killed_at is not None:
+        waits.append(killed_at + STUCK_S - now)
+    return max(0.0, min(waits))
+
+
+def _read_ready(
+    selector: selectors.BaseSelector,
+    timeout: float,
+    captures: dict[int, CappedCapture],
+    pidfd: int | None,
+    status: CappedCapture,
+    output_limit: int,
+    over_output: Callable[[], None],
+) -> None:
+    """One read of every pipe that is ready within `timeout` into its capture; a pipe
+    at its end leaves `captures`; stdout or stderr past `output_limit` calls `over_output`."""
+    for key, _ in selector.select(timeout):
+        if key.fd == pidfd:  # the exit itself is seen by poll() below
+            selector.unregister(pidfd)
+            continue
+        try:
+            chunk = os.read(key.fd, CHUNK)
+        except BlockingIOError:
+            continue
+        except OSError:
+            chunk = b""
+        if not chunk:
+            selector.unregister(key.fd)
+            del captures[key.fd]
+            continue
+        capture = captures[key.fd]
+        capture.feed(chunk)
+        if capture is not status and capture.total > output_limit:
+            over_output()
+
+
 def watch(
     proc: subprocess.Popen | Spawned,
     status_fd: int,
@@ -105,12 +159,8 @@ def watch(
     err = CappedCapture(limits.output_head_bytes, limits.output_tail_bytes)
     status = CappedCapture(0, STATUS_KEEP)
     captures = {spawned.stdout_fd: out, spawned.stderr_fd: err, status_fd: status}
-    selector = selectors.DefaultSelector()
-    for fd in captures:
-        selector.register(fd, selectors.EVENT_READ)
     pidfd = spawned.exit_fd
-    if pidfd is not None:
-        selector.register(pidfd, selectors.EVENT_READ)
+    selector = _selector([*captures, *([] if pidfd is None else [pidfd])])
     # The supervisor enforces timeout_s itself; this is the backstop if it cannot.
     deadline = started + limits.timeout_s + limits.kill_grace_s
     next_disk = time.monotonic() + DISK_CHECK_S
@@ -135,33 +185,9 @@ def watch(
             if ended is None and killed_at is not None and now - killed_at > STUCK_S:
                 stuck = True
                 break
-            waits = [deadline - now, next_disk - now]
-            if ended is not None:
-                waits.append(drain_until - now)
-            if cancel is not None:
-                waits.append(CANCEL_POLL_S)
-            if pidfd is None:
-                waits.append(POLL_S)
-            if killed_at is not None:
-                waits.append(killed_at + STUCK_S - now)
-            for key, _ in selector.select(max(0.0, min(waits))):
-                if key.fd == pidfd:  # the exit itself is seen by poll() below
-                    selector.unregister(pidfd)
-                    continue
-                try:
-                    chunk = os.read(key.fd, CHUNK)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    selector.unregister(key.fd)
-                    del captures[key.fd]
-                    continue
-                capture = captures[key.fd]
-                capture.feed(chunk)
-                if capture is not status and capture.total > limits.output_limit_bytes:
-                    stop("output")
+            wait = _wait_s(now, deadline, next_disk, None if ended is None else drain_until,
+                           polls_cancel=cancel is not None, polls_exit=pidfd is None, killed_at=killed_at)
+            _read_ready(selector, wait, captures, pidfd, status, limits.output_limit_bytes, lambda: stop("output"))
             if ended is None and spawned.exited():
                 ended = time.monotonic()
                 drain_until = ended + DRAIN_S

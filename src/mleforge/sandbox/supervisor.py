@@ -301,10 +301,7 @@ def supervise(cfg: dict) -> None:
     if cfg.get("subreaper"):
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
     if cfg.get("drop_to"):
-        uid, gid = cfg["drop_to"]
-        os.setgroups([])
-        os.setgid(gid)
-        os.setuid(uid)
+        _drop_to(*cfg["drop_to"])
     _set_limits(cfg)
     _emit(status_fd, {"event": "started", "pid": os.getpid(), "uid": os.getuid()})
 
@@ -328,6 +325,29 @@ def supervise(cfg: dict) -> None:
     signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, float(cfg["timeout_s"]))
 
+    status, cpu_s, maxrss = _reap(child)
+    code = os.waitstatus_to_exitcode(status) if status is not None else None
+    _emit(status_fd, {
+        "event": "exit",
+        "returncode": code if code is not None and code >= 0 else None,
+        "signal": -code if code is not None and code < 0 else None,
+        "timed_out": timed_out,
+        "cpu_s": cpu_s,
+        "maxrss_kb": maxrss,
+    })
+
+
+def _drop_to(uid: int, gid: int) -> None:
+    """Become the run's own user (no supplementary groups) before the script exists."""
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+
+
+def _reap(child: int) -> tuple:
+    """Wait for every process of the run (we are their subreaper) and sum their usage:
+    (the script's wait status or None, CPU seconds, peak RSS in KiB). When the script
+    ends the timer stops and whatever it left running is killed."""
     status = None
     utime = stime = 0.0
     maxrss = 0
@@ -343,15 +363,7 @@ def supervise(cfg: dict) -> None:
             status = wstatus
             signal.setitimer(signal.ITIMER_REAL, 0)
             _kill_all(child)  # what the script left running ends with it
-    code = os.waitstatus_to_exitcode(status) if status is not None else None
-    _emit(status_fd, {
-        "event": "exit",
-        "returncode": code if code is not None and code >= 0 else None,
-        "signal": -code if code is not None and code < 0 else None,
-        "timed_out": timed_out,
-        "cpu_s": utime + stime,
-        "maxrss_kb": maxrss,
-    })
+    return status, utime + stime, maxrss
 
 
 if __name__ == "__main__":

@@ -182,10 +182,8 @@ def _submission(raw: Any, path: Path) -> SubmissionFormat:
     return SubmissionFormat(id_column=id_column, target_columns=tuple(targets))
 
 
-def load_task_spec(folder: str | Path) -> TaskSpec:
-    """Read and validate `<folder>/task.yaml`. Errors name the file, the key and what is expected."""
-    folder = Path(folder).resolve()
-    path = folder / "task.yaml"
+def _read_yaml(path: Path) -> Mapping[str, Any]:
+    """task.yaml's mapping of known keys, or an error that says what is wrong with the file."""
     if not path.is_file():
         raise TaskSpecError(path, None, "no task.yaml in this folder; a task folder needs one")
     try:
@@ -201,16 +199,11 @@ def load_task_spec(folder: str | Path) -> TaskSpec:
         raise TaskSpecError(
             path, sorted(unknown)[0], f"unknown key; expected some of {', '.join(sorted(_KNOWN_KEYS))}"
         )
+    return raw
 
-    task_id = _require(raw, "id", path, str, "a task id such as `titanic`")
-    if not _ID_RE.match(task_id):
-        raise TaskSpecError(path, "id", f"got {task_id!r}; expected lower-case letters, digits, `-`, `_`, `.`")
-    name = _require(raw, "name", path, str, "a human-readable name")
-    description = _require(raw, "description", path, str, "a path such as description.md")
-    description_path = (folder / description).resolve()
-    if not description_path.is_file():
-        raise TaskSpecError(path, "description", f"file {description_path} does not exist")
 
+def _grading(raw: Mapping[str, Any], path: Path) -> tuple[str | None, str | None, str]:
+    """(metric, grade_fn, direction): a named metric (its direction implied) or a grade function."""
     metric = raw.get("metric")
     grade_fn = raw.get("grade_fn")
     if (metric is None) == (grade_fn is None):
@@ -232,7 +225,25 @@ def load_task_spec(folder: str | Path) -> TaskSpec:
     else:
         grade_fn = _import_string(raw, "grade_fn", path)
         direction = _choice(raw, "direction", path, DIRECTIONS)
+    return metric, grade_fn, direction
 
+
+def load_task_spec(folder: str | Path) -> TaskSpec:
+    """Read and validate `<folder>/task.yaml`. Errors name the file, the key and what is expected."""
+    folder = Path(folder).resolve()
+    path = folder / "task.yaml"
+    raw = _read_yaml(path)
+
+    task_id = _require(raw, "id", path, str, "a task id such as `titanic`")
+    if not _ID_RE.match(task_id):
+        raise TaskSpecError(path, "id", f"got {task_id!r}; expected lower-case letters, digits, `-`, `_`, `.`")
+    name = _require(raw, "name", path, str, "a human-readable name")
+    description = _require(raw, "description", path, str, "a path such as description.md")
+    description_path = (folder / description).resolve()
+    if not description_path.is_file():
+        raise TaskSpecError(path, "description", f"file {description_path} does not exist")
+
+    metric, grade_fn, direction = _grading(raw, path)
     tags = raw.get("tags") or []
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise TaskSpecError(path, "tags", f"got {tags!r}; expected a list of strings such as [lite]")
