@@ -36,9 +36,11 @@ The simulated learner
   eviction by priority shapes what either sampler can pick from.
 * Ablation `--static-pool N`: N fixed draft states per task (logits drawn as
   above), no new states; it isolates the sampler from the evolving buffer.
-  `--exploration-c`, `--gamma`, `--tau`, `--epsilon` override the curriculum's
-  constants (default: the library's defaults), `--debug-offset` and
-  `--improve-offset` the simulated children's difficulty.
+  `--lp-variant`, `--prior-strength`, `--exploration-c`, `--gamma`, `--tau`,
+  `--epsilon` override the curriculum's constants (default: the library's
+  defaults; the LP's G is `--group-size`), `--debug-offset` and
+  `--improve-offset` the simulated children's difficulty. The buffer evicts by
+  the same LP under both samplers, so uniform's figures depend on the variant.
 
 Figures, per sampler (mean over seeds; `per_seed` keeps each run):
   frac_zero_std_groups  fraction of groups whose rewards all tie (wasted compute)
@@ -47,7 +49,8 @@ Figures, per sampler (mean over seeds; `per_seed` keeps each run):
   seed_success_final    mean q over the seed states at the end (what was learned)
 and `paired_difference`: learnability minus uniform, seed by seed.
 
-    python benchmarks/curriculum.py --out /tmp/curriculum.json
+    python benchmarks/curriculum.py --out /tmp/curriculum.json                 # the LP DESIGN.md defines
+    python benchmarks/curriculum.py --lp-variant laplace --gamma 1 --out /tmp/curriculum-laplace.json
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ import numpy as np
 from mleforge.agent.execution import ExecutionSummary
 from mleforge.agent.state import State
 from mleforge.curriculum.buffer import StateBuffer
-from mleforge.curriculum.config import BufferConfig, LearnabilityConfig, SamplerConfig
+from mleforge.curriculum.config import LP_VARIANTS, BufferConfig, LearnabilityConfig, SamplerConfig
 from mleforge.curriculum.feedback import step_feedback
 from mleforge.curriculum.records import RolloutRecord, TaskReference
 from mleforge.curriculum.sampler import make_sampler, next_batch
@@ -112,7 +115,8 @@ def run_one(kind: str, seed: int, args: argparse.Namespace, workdir: Path) -> di
     buffer = StateBuffer(
         workdir / f"{kind}-{seed}",
         BufferConfig(max_states_per_task=args.max_per_task, max_states=args.max_states, synchronous="NORMAL"),
-        LearnabilityConfig(exploration_c=args.exploration_c, headroom_gamma=args.gamma),
+        LearnabilityConfig(exploration_c=args.exploration_c, headroom_gamma=args.gamma, variant=args.lp_variant,
+                           prior_strength=args.prior_strength, group_size=args.group_size),
     )
     learner = Learner(args)
     init = np.random.default_rng(seed)
@@ -210,6 +214,7 @@ def print_report(result: dict) -> None:
     table = Table(title=(
         f"SIMULATED learner: {a['seeds']} seeds x {a['steps']} steps x {a['groups']} groups x "
         f"G={a['group_size']} ({result['rollouts_per_run']} rollouts per run), {a['tasks']} tasks, "
+        f"LP {a['lp_variant']} gamma {a['gamma']:g} (sampling and eviction), "
         + (f"static pool of {a['static_pool']} states per task" if a["static_pool"] else "evolving buffer")
     ))
     for column in ("sampler", "tied groups (frac)", "reward/rollout", "first window", "last window",
@@ -260,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-states", type=int, default=256)
     # The curriculum's constants default to the library's defaults: the benchmark measures those.
     defaults_lp, defaults_sampler = LearnabilityConfig(), SamplerConfig()
+    p.add_argument("--lp-variant", choices=LP_VARIANTS, default=defaults_lp.variant,
+                   help="the LP's L (laplace: the earlier definition, measured with --gamma 1)")
+    p.add_argument("--prior-strength", type=float, default=defaults_lp.prior_strength)
     p.add_argument("--exploration-c", type=float, default=defaults_lp.exploration_c)
     p.add_argument("--gamma", type=float, default=defaults_lp.headroom_gamma)
     p.add_argument("--tau", type=float, default=defaults_sampler.tau)

@@ -16,11 +16,12 @@ from mleforge.curriculum.errors import (
     StepNotSealed,
     StepSealed,
 )
+from mleforge.curriculum.learnability import snapshot_potentials
 from mleforge.curriculum.records import SETUP_STEP, Offer, TaskReference
 from mleforge.curriculum.seeds import journal_states, seed_from_journal, seed_task
 from tests.curriculum.helpers import child_state, expert_journal, idea_state, rec
 
-# No exploration term: priorities are L * H, easy to order by hand.
+# No exploration term (and headroom off, the default): priorities are L, easy to order by hand.
 FLAT = LearnabilityConfig(exploration_c=0.0)
 
 
@@ -95,18 +96,60 @@ def test_eviction_lowest_priority_then_oldest_and_seeds_stay(tmp_path):
     buf.seal(SETUP_STEP)
     a, b, c, d, e = (idea_state("alpha", i) for i in range(5))
     buf.offer([a, b, c, d, e], step=0)  # inserted in this order: a is the oldest
-    # seeds: hopeless (L = 1/12 * 11/12 = 0.076), lowest of all, yet never evicted
     buf.record([rec(s, 0.0) for s in seeds for _ in range(10)], step=0)
-    buf.record([rec(a, 1.0) for _ in range(10)], step=0)  # solved: L = 0.076
-    buf.record([rec(b, 1.0) for _ in range(5)] + [rec(b, 0.0) for _ in range(5)], step=0)  # L = 0.25
-    # c, d, e untried: L = 0.25, tied with b
+    buf.record([rec(a, 1.0) for _ in range(10)], step=0)
+    buf.record([rec(b, 1.0) for _ in range(5)] + [rec(b, 0.0) for _ in range(5)], step=0)
     buf.seal(0)
+    # All seven are alpha drafts, one pool: S = 15 of N = 40, q = 16/42 = 8/21; m = 2, G = 8.
+    #   seeds 0 of 10: Beta(16/21, 236/21), L = 0.338, the lowest of all, yet never evicted
+    #   a 10 of 10:    Beta(226/21, 26/21), L = 0.495, the lowest of the rest
+    #   c, d, e untried: Beta(16/21, 26/21), L = 0.740 (uncertain: lower than b's)
+    #   b 5 of 10:     Beta(121/21, 131/21), L = 0.965
+    rows = {r["state_id"]: r for r in buf.rows(include_evicted=True)}
+    assert rows[seeds[0].state_id]["priority"] == pytest.approx(0.33826535, abs=1e-8)
+    assert rows[a.state_id]["priority"] == pytest.approx(0.49463304, abs=1e-8)
+    assert rows[c.state_id]["priority"] == pytest.approx(0.74047280, abs=1e-8)
+    assert rows[b.state_id]["priority"] == pytest.approx(0.96527035, abs=1e-8)
+    # 7 live, bound 4: evict a (lowest), then the oldest of the tie c, d, e: c, then d
     live = {r["state_id"] for r in buf.rows()}
-    # 7 live, bound 4: evict a (lowest), then the oldest of the tie b, c, d, e: b, then c
-    assert live == {seeds[0].state_id, seeds[1].state_id, d.state_id, e.state_id}
-    evicted = {r["state_id"]: r["evicted_step"] for r in buf.rows(include_evicted=True) if r["evicted_step"] is not None}
-    assert evicted == {a.state_id: 0, b.state_id: 0, c.state_id: 0}
+    assert live == {seeds[0].state_id, seeds[1].state_id, b.state_id, e.state_id}
+    evicted = {sid: r["evicted_step"] for sid, r in rows.items() if r["evicted_step"] is not None}
+    assert evicted == {a.state_id: 0, c.state_id: 0, d.state_id: 0}
     assert buf.growth()[-1]["evicted"] == 3
+
+
+def test_eviction_ranks_by_the_samplers_lp_with_every_rollout_counted(tmp_path):
+    buf = StateBuffer(tmp_path, BufferConfig(max_states_per_task=2), LearnabilityConfig(exploration_c=0.3))
+    seed, x, y = idea_state("alpha", 0), idea_state("alpha", 1), idea_state("alpha", 2)
+    buf.set_up([], [seed])
+    buf.apply_feedback(0, [rec(seed, 0.0)] * 4, [Offer(x), Offer(y)])  # 3 live, bound 2: one goes
+    buf.apply_feedback(1, [rec(seed, 1.0)] * 2, [])
+    snap = buf.snapshot(1)
+    assert len(snap) == 2 and snap.total_rollouts == 6
+    evicted = [r for r in buf.rows(include_evicted=True) if r["evicted_step"] is not None]
+    assert len(evicted) == 1
+    # every live state's cached priority is exactly the LP the sampler computes from the snapshot
+    lp = {s.state_id: p.LP for s, p in zip(snap.states, snapshot_potentials(snap, buf.learnability))}
+    assert {r["state_id"]: r["priority"] for r in buf.rows()} == pytest.approx(lp, abs=1e-12)
+    # rollouts of an evicted state still count in N: record 5 on it, the snapshot sees 11
+    buf.record([rec(evicted[0]["state_id"], 1.0)] * 5, step=2)
+    buf.seal(2)
+    assert buf.snapshot(2).total_rollouts == 11
+    assert sum(s.rollouts for s in buf.snapshot(2).states) == 6
+    assert buf.snapshot(1).total_rollouts == 6  # as of its step, whenever read
+
+
+def test_a_buffer_made_before_the_beta_variant_keeps_the_laplace_lp(tmp_path):
+    buf = make(tmp_path)
+    buf.close()
+    conn = sqlite3.connect(tmp_path / "buffer.sqlite")
+    old = {"exploration_c": 0.1, "headroom_gamma": 1.0, "improve_neutral": 0.5, "variant": "binary",
+           "variance_prior_weight": 2.0}
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'learnability_config'", (json.dumps(old),))
+    conn.commit()
+    conn.close()
+    again = StateBuffer(tmp_path)
+    assert again.learnability == LearnabilityConfig(variant="laplace", headroom_gamma=1.0)
 
 
 def test_total_bound_and_seeds_beyond_the_bound(tmp_path):
@@ -204,12 +247,12 @@ def test_seed_from_journal(tmp_path):
 
 
 def test_references_and_priorities(tmp_path):
-    buf = make(tmp_path)
+    buf = StateBuffer(tmp_path, learnability=LearnabilityConfig(exploration_c=0.0, headroom_gamma=1.0))
     near_top = child_state(idea_state("alpha", 0), "v", valid=True, score=0.95)
     buf.register_task(TaskReference("alpha", "higher", top=1.0, baseline=0.5))
     buf.offer([near_top], seed=True)
-    # L = 0.25 (untried), H = 1 - 0.45 / 0.5 = 0.1: LP 0.025
-    assert buf.rows()[0]["priority"] == pytest.approx(0.025)
+    # untried, no peers: Beta(1, 1), L = 1 - 2/9 = 7/9; H = 1 - 0.45 / 0.5 = 0.1; gamma 1: LP 7/90
+    assert buf.rows()[0]["priority"] == pytest.approx(7 / 90)
     assert buf.tasks()["alpha"].top == 1.0
 
 

@@ -34,7 +34,7 @@ def test_show_json(run_dir):
     assert {r["task_id"] for r in shown["by_task_stage"]} == set(workers.TASKS)
     top = shown["top"]
     assert len(top) == 5 and [t["LP"] for t in top] == sorted((t["LP"] for t in top), reverse=True)
-    assert {"p", "L", "U", "H", "LP", "rollouts", "successes", "best_score", "last_rewards"} <= set(top[0])
+    assert {"p", "q", "L", "U", "H", "LP", "rollouts", "successes", "best_score", "last_rewards"} <= set(top[0])
     growth = shown["growth"]
     assert [g["step"] for g in growth] == list(range(-1, 12))
     assert all(g["rollouts"] == 4 and g["groups"] >= 1 for g in growth[1:])

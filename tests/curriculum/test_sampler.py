@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.special import betaln
 
 from mleforge.curriculum.buffer import StateBuffer
 from mleforge.curriculum.config import LearnabilityConfig, SamplerConfig
@@ -22,10 +23,13 @@ from mleforge.curriculum.sampler import (
     mixed_softmax,
     next_batch,
 )
+from mleforge.errors import ConfigError
 from tests.curriculum.helpers import idea_state, rec
 
 WORKERS = Path(__file__).with_name("workers.py")
-FLAT = LearnabilityConfig(exploration_c=0.0)
+# No exploration term, headroom off (the default): LP = L; GRPO groups of 3.
+FLAT = LearnabilityConfig(exploration_c=0.0, group_size=3)
+G = FLAT.group_size
 
 
 @pytest.fixture
@@ -44,17 +48,25 @@ def buffer(tmp_path):
 
 
 def expected_lp(snapshot):
-    # exploration off, no references (H = 1): LP = L = p (1 - p), p = (s + 1) / (n + 2)
-    return np.array([(s.successes + 1) / (s.rollouts + 2) * (1 - (s.successes + 1) / (s.rollouts + 2))
-                     for s in snapshot.states])
+    # LP = L = 1 - E[p^3] - E[(1-p)^3], p ~ Beta(k + 2q, n - k + 2(1 - q)), all five one pool:
+    # q = (14 + 1) / (26 + 2) = 15/28; E[p^G] = B(a + G, b) / B(a, b), independently of the product
+    q = 15 / 28
+    out = []
+    for s in snapshot.states:
+        a, b = s.successes + 2 * q, s.rollouts - s.successes + 2 * (1 - q)
+        out.append(1 - np.exp(betaln(a + G, b) - betaln(a, b)) - np.exp(betaln(a, b + G) - betaln(a, b)))
+    return np.array(out)
 
 
 def test_learnability_frequencies_match_the_mixed_softmax(buffer):
     snapshot = buffer.snapshot(0)
-    sampler = LearnabilitySampler(SamplerConfig(tau=0.05, epsilon=0.2, group_size=1), FLAT)
-    expected = mixed_softmax(expected_lp(snapshot), 0.05, 0.2)
+    sampler = LearnabilitySampler(SamplerConfig(tau=0.05, epsilon=0.2, group_size=G), FLAT)
+    lp = expected_lp(snapshot)
+    expected = mixed_softmax(lp, 0.05, 0.2)
     assert sampler.probabilities(snapshot) == pytest.approx(expected)
-    # the untried state and the 1-of-2 state (L = 0.25) lead; 10/10 and 0/10 (L = 0.076) trail
+    by_counts = dict(zip([(s.successes, s.rollouts) for s in snapshot.states], lp))
+    # 1 of 2 leads (0.599), then 3 of 4 (0.561), untried (0.497); 0 of 10 (0.225), 10 of 10 (0.198) trail
+    assert by_counts[(1, 2)] > by_counts[(3, 4)] > by_counts[(0, 0)] > by_counts[(0, 10)] > by_counts[(10, 10)]
     assert expected.max() / expected.min() > 5
     draws = 6000
     counts = Counter(sampler.sample(snapshot, step, 1).groups[0] for step in range(draws))
@@ -74,18 +86,33 @@ def test_uniform_baseline(buffer):
 
 def test_group_layout_and_replacement(buffer):
     snapshot = buffer.snapshot(0)
-    batch = LearnabilitySampler(SamplerConfig(group_size=4), FLAT).sample(snapshot, 3, n_groups=3)
+    batch = LearnabilitySampler(SamplerConfig(group_size=G), FLAT).sample(snapshot, 3, n_groups=3)
     ids = batch.state_ids
-    assert len(ids) == 12 and len(set(batch.groups)) == 3  # distinct groups while there are enough states
-    assert all(ids[g * 4:(g + 1) * 4] == (batch.groups[g],) * 4 for g in range(3))
-    big = LearnabilitySampler(SamplerConfig(group_size=2), FLAT).sample(snapshot, 3, n_groups=8)
+    assert len(ids) == 9 and len(set(batch.groups)) == 3  # distinct groups while there are enough states
+    assert all(ids[g * 3:(g + 1) * 3] == (batch.groups[g],) * 3 for g in range(3))
+    big = LearnabilitySampler(SamplerConfig(group_size=G), FLAT).sample(snapshot, 3, n_groups=8)
     assert len(big.groups) == 8 and len(set(big.groups)) <= 5  # more groups than states: with replacement
+    assert len(big.state_ids) == 24
+
+
+def test_lp_group_size_must_be_the_samplers(buffer):
+    # L is the chance that a group of G is not all tied: G must be the group the sampler lays out
+    with pytest.raises(ConfigError, match="learnability.group_size is 3 but sampler.group_size is 4"):
+        LearnabilitySampler(SamplerConfig(group_size=4), FLAT)
+    with pytest.raises(ConfigError, match="num_generations"):
+        make_sampler(SamplerConfig(group_size=4), buffer.learnability)
+    # without a LearnabilityConfig the sampler's own group size is used; laplace has no G
+    assert LearnabilitySampler(SamplerConfig(group_size=4)).learnability.group_size == 4
+    LearnabilitySampler(SamplerConfig(group_size=4), LearnabilityConfig(variant="laplace", group_size=3))
+    with pytest.raises(ConfigError, match="group of one"):
+        LearnabilitySampler(SamplerConfig(group_size=1))
+    assert isinstance(make_sampler(SamplerConfig(kind="uniform", group_size=1), FLAT), UniformSampler)
 
 
 def test_same_seed_and_step_same_batch(buffer):
     snapshot = buffer.snapshot(0)
-    a = LearnabilitySampler(SamplerConfig(seed=5), FLAT)
-    b = LearnabilitySampler(SamplerConfig(seed=5), FLAT)
+    a = LearnabilitySampler(SamplerConfig(seed=5, group_size=G), FLAT)
+    b = LearnabilitySampler(SamplerConfig(seed=5, group_size=G), FLAT)
     assert a.sample(snapshot, 1, 3) == b.sample(snapshot, 1, 3)
     assert len({a.sample(snapshot, step, 3).groups for step in range(10)}) > 1  # the step reseeds
     with pytest.raises(CurriculumError, match="start at 0"):

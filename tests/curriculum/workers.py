@@ -18,7 +18,7 @@ import numpy as np
 from mleforge.agent.execution import ExecutionSummary
 from mleforge.agent.state import State
 from mleforge.curriculum.buffer import StateBuffer
-from mleforge.curriculum.config import BufferConfig, SamplerConfig
+from mleforge.curriculum.config import BufferConfig, LearnabilityConfig, SamplerConfig
 from mleforge.curriculum.feedback import step_feedback
 from mleforge.curriculum.records import SETUP_STEP, Offer, RolloutRecord, TaskReference
 from mleforge.curriculum.sampler import make_sampler, next_batch
@@ -26,6 +26,7 @@ from mleforge.reward import compute_reward
 
 TASKS = ("alpha", "beta", "gamma")
 STREAM_CONFIG = BufferConfig(max_states_per_task=8, max_states=20, retain_evicted_steps=2)
+STREAM_LP = LearnabilityConfig(group_size=2)  # the stream's GRPO groups are pairs
 OK = ExecutionSummary(0, False, None, 1.0, "done\n", "", True)
 CRASH = ExecutionSummary(1, False, None, 1.0, "", "Traceback: KeyError 'x'\n", False)
 
@@ -33,7 +34,7 @@ CRASH = ExecutionSummary(1, False, None, 1.0, "", "Traceback: KeyError 'x'\n", F
 def open_stream(path: str) -> StateBuffer:
     """Open (or create) the stream's buffer; seed and seal the set-up step if not done yet
     (one transaction: a kill leaves all of it or none; a restart finds it done)."""
-    buffer = StateBuffer(path, STREAM_CONFIG)
+    buffer = StateBuffer(path, STREAM_CONFIG, STREAM_LP)
     buffer.set_up([TaskReference(task, "higher", top=1.0, baseline=0.5) for task in TASKS],
                   [State.draft(task, direction="higher") for task in TASKS])
     return buffer
@@ -74,7 +75,8 @@ def cmd_stream(path: str, max_steps: str) -> None:
 
 def cmd_sample(path: str, step: str, n_groups: str) -> None:
     buffer = StateBuffer(path, create=False)
-    sampler = make_sampler(SamplerConfig(group_size=3, seed=11), buffer.learnability)
+    # the group size the buffer's LP was made for, as a trainer resuming a run reads it
+    sampler = make_sampler(SamplerConfig(group_size=buffer.learnability.group_size, seed=11), buffer.learnability)
     batch, states = next_batch(buffer, sampler, int(step), int(n_groups))
     print(json.dumps({"groups": batch.groups, "ids": [s.state_id for s in states]}))
 

@@ -376,10 +376,15 @@ class StateBuffer:
 
     def _refresh_priorities(self, cur: sqlite3.Connection, state_ids: Sequence[str] | None) -> None:
         """Recompute the cached LP of `state_ids` (every live state when None) with the
-        current N and task references."""
-        (n_total,) = cur.execute(
-            "SELECT COALESCE(SUM(rollouts), 0) FROM states WHERE evicted_step IS NULL"
-        ).fetchone()
+        current N, peer pools and task references: eviction ranks by the sampler's LP."""
+        # N counts evicted states' rollouts too: the events table keeps every rollout.
+        (n_total,) = cur.execute("SELECT COUNT(*) FROM events").fetchone()
+        pools = {
+            (task_id, stage): (k, n) for task_id, stage, k, n in cur.execute(
+                "SELECT task_id, stage, SUM(successes), SUM(rollouts) FROM states WHERE evicted_step IS NULL "
+                "GROUP BY task_id, stage"
+            ).fetchall()
+        }
         refs = self._tasks(cur)
         if state_ids is None:
             rows = cur.execute(f"SELECT {STATS_COLUMNS} FROM states WHERE evicted_step IS NULL").fetchall()
@@ -390,7 +395,8 @@ class StateBuffer:
         updates = []
         for row in rows:
             stats = _stats_from_row(row)
-            lp = state_potential(stats, n_total, refs.get(stats.task_id), self.learnability).LP
+            peers = pools.get((stats.task_id, stats.stage), (0, 0))  # (0, 0): an evicted state with no live peers
+            lp = state_potential(stats, n_total, refs.get(stats.task_id), self.learnability, peers=peers).LP
             updates.append((lp, stats.state_id))
         cur.executemany("UPDATE states SET priority = ? WHERE state_id = ?", updates)
 
@@ -488,7 +494,8 @@ class StateBuffer:
                                          agg["reward_sumsq"], json.dumps(agg["last_rewards"]), row[10],
                                          agg["best_score"], agg["last_step"], agg["last_step"], row[14]))
             states.append(stats)
-        return BufferSnapshot(as_of, tuple(states), self._tasks(cur))
+        (counted,) = cur.execute("SELECT COUNT(*) FROM events WHERE step <= ?", (as_of,)).fetchone()
+        return BufferSnapshot(as_of, tuple(states), self._tasks(cur), rollouts_counted=counted)
 
     def get_states(self, state_ids: Sequence[str]) -> list[State]:
         """The States of `state_ids`, in that order (evicted ones too, until deleted)."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from mleforge.errors import ConfigError
 
-LP_VARIANTS = ("binary", "variance")
+LP_VARIANTS = ("beta", "laplace", "variance")
 SAMPLER_KINDS = ("uniform", "learnability")
 SYNCHRONOUS_MODES = ("FULL", "NORMAL", "EXTRA")
 
@@ -50,28 +50,39 @@ class _Config:
 class LearnabilityConfig(_Config):
     """Constants of the Learnability Potential LP = (L + U) * H^gamma (DESIGN.md, Curriculum).
 
-    exploration_c = 0.1: U = c * sqrt(ln(1 + N) / (1 + n_s)). L is at most 0.25
-    (p = 0.5), so with N = 1000 rollouts in the buffer an untried state gets
-    U = 0.26, about a frontier state's L, and after one group of 8 rollouts
-    U = 0.09: a new state is tried once or twice, then ranked by what its
-    rollouts showed. A larger c keeps re-trying states already known to be
-    solved or hopeless.
-    headroom_gamma = 1.0: H scales LP linearly; 0 ignores headroom, 2 favours
-    states far from the top strongly.
+    variant = "beta": a state's success probability p ~ Beta(k + m q, n - k + m (1 - q)),
+    q the pooled success rate of its task and stage, and L = 1 - E[p^G] - E[(1 - p)^G],
+    the probability that a group of G rollouts is not all tied. "laplace" is the
+    earlier definition, p = (k + 1) / (n + 2) and L = p (1 - p), measured with
+    headroom_gamma = 1 (set both to get it back); "variance" uses the variance of
+    the state's last K rewards, shrunk towards 0.25 (laplace's L of an untried
+    state) with the weight of `variance_prior_weight` pseudo-rollouts, which sees
+    ties among valid rewards as well.
+    group_size = 8: G, the trainer's GRPO group (its num_generations; the sampler
+    checks that its own group size agrees). A group of one always ties: G >= 2.
+    prior_strength = 2: m, how many rollouts the peers' rate is worth. Small: two
+    rollouts of the state itself already weigh as much as all of its peers, yet an
+    untried state is not a coin flip where its peers are known to fail or succeed.
+    exploration_c = 0.1: U = c * sqrt(ln(1 + N) / (1 + n_s)), N every rollout ever
+    counted. With N = 1000 an untried state gets U = 0.26, and 0.09 once tried for
+    a group of 8. L spans [0, 1) (G = 8: an untried state has L = 0.78 when its
+    peers' rate is 1/2, 0.31 when it is 1/10; a state measured at 8 of 16 has
+    0.98), so U lifts untried and rarely tried states without overruling L.
+    headroom_gamma = 0: H is ignored. A state near the top already has a low L
+    (it keeps succeeding), and H = 1 for every state with no valid score pulled
+    sampling toward failure chains; 1 scales LP by H linearly.
     improve_neutral = 0.5: the reward of a valid improve run that does not
     change the score (with the default RewardConfig); success on an improve
     state is a reward above it. Change it with the reward's bonuses.
-    variant: "binary" uses L = p (1 - p) from the success counts; "variance"
-    uses the variance of the state's last K rewards, shrunk towards 0.25 (the
-    binary L of an untried state) with the weight of `variance_prior_weight`
-    pseudo-rollouts, which sees ties among valid rewards as well.
     """
 
     exploration_c: float = 0.1
-    headroom_gamma: float = 1.0
+    headroom_gamma: float = 0.0
     improve_neutral: float = 0.5
-    variant: str = "binary"
+    variant: str = "beta"
     variance_prior_weight: float = 2.0
+    prior_strength: float = 2.0
+    group_size: int = 8
 
     def __post_init__(self) -> None:
         s = "learnability"
@@ -79,8 +90,22 @@ class LearnabilityConfig(_Config):
         _number(s, "headroom_gamma", self.headroom_gamma, low=0.0)
         _number(s, "improve_neutral", self.improve_neutral)
         _number(s, "variance_prior_weight", self.variance_prior_weight, low=0.0)
+        # m = 0 would leave an untried state's Beta(0, 0) undefined.
+        _number(s, "prior_strength", self.prior_strength, low=0.0, strict=True)
+        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 2:
+            raise ConfigError(
+                f"{s}.group_size: got {self.group_size!r}; expected an integer >= 2, the trainer's GRPO group "
+                "(num_generations): a group of one rollout always ties"
+            )
         if self.variant not in LP_VARIANTS:
             raise ConfigError(f"{s}.variant: got {self.variant!r}; expected one of {', '.join(LP_VARIANTS)}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LearnabilityConfig:
+        # Buffers made before the beta variant stored the laplace variant as "binary".
+        if data.get("variant") == "binary":
+            data = {**data, "variant": "laplace"}
+        return super().from_dict(data)
 
 
 @dataclass(frozen=True)
@@ -89,9 +114,10 @@ class SamplerConfig(_Config):
 
     kind: "learnability" draws with probability (1 - epsilon) * softmax(LP / tau)
     + epsilon / |states|; "uniform" is the baseline.
-    tau = 0.05: LP differences that matter are a few hundredths (L ranges over
-    [0, 0.25]), so a frontier state (L = 0.25) is e^5 = 148 times likelier than
-    a solved one (L near 0) before the epsilon floor.
+    tau = 0.05: each 0.05 of LP is a factor e. L spans [0, 1): before U and the
+    epsilon floor, a frontier state measured at 8 of 16 (L = 0.98 for G = 8) is
+    e^4 = 55 times likelier than an untried state of a coin-flip task (0.78), and
+    a solved or hopeless state (L near 0) is left to the floor.
     epsilon = 0.1: one draw in ten ignores LP, so every state keeps being
     measured and a wrong LP cannot starve a state for ever.
     group_size: G, the GRPO group: each chosen state appears G times in a row.

@@ -120,10 +120,14 @@ class BufferSnapshot:
     as_of: int
     states: tuple[StateStats, ...]
     tasks: Mapping[str, TaskReference]
+    rollouts_counted: int | None = None  # every rollout through as_of, evicted states' too
 
     @property
     def total_rollouts(self) -> int:
-        """N of the exploration term: rollouts of every state in the snapshot."""
+        """N of the exploration term: every rollout the buffer counted through `as_of`
+        (evicted states included); without that count, the snapshot's states' rollouts."""
+        if self.rollouts_counted is not None:
+            return self.rollouts_counted
         return sum(s.rollouts for s in self.states)
 
     @property

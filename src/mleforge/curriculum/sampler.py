@@ -24,6 +24,7 @@ from mleforge.curriculum.config import LearnabilityConfig, SamplerConfig
 from mleforge.curriculum.errors import CurriculumError
 from mleforge.curriculum.learnability import snapshot_potentials
 from mleforge.curriculum.records import BufferSnapshot
+from mleforge.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -107,13 +108,26 @@ def mixed_softmax(potentials: np.ndarray, tau: float, epsilon: float) -> np.ndar
 
 class LearnabilitySampler:
     """AceGRPO's adaptive sampling: probability proportional to exp(LP / tau), mixed
-    with an epsilon uniform floor."""
+    with an epsilon uniform floor.
+
+    The beta variant's L is about groups of `learnability.group_size` rollouts, so
+    that must be the group this sampler lays out (`config.group_size`); without a
+    LearnabilityConfig, the default one with this sampler's group size."""
 
     name = "learnability"
 
     def __init__(self, config: SamplerConfig | None = None, learnability: LearnabilityConfig | None = None):
         self.config = config or SamplerConfig()
-        self.learnability = learnability or LearnabilityConfig()
+        if learnability is None:
+            learnability = LearnabilityConfig(group_size=self.config.group_size)
+        if learnability.variant == "beta" and learnability.group_size != self.config.group_size:
+            raise ConfigError(
+                f"learnability.group_size is {learnability.group_size} but sampler.group_size is "
+                f"{self.config.group_size}: the LP would rank states by groups of a size the trainer does not "
+                "draw. Set both to the trainer's num_generations (a buffer keeps the LearnabilityConfig it was "
+                "created with: pass the new one to StateBuffer, or start a new run directory)"
+            )
+        self.learnability = learnability
 
     def probabilities(self, snapshot: BufferSnapshot) -> np.ndarray:
         lp = np.array([p.LP for p in snapshot_potentials(snapshot, self.learnability)], dtype=float)

@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 from mleforge.curriculum.buffer import StateBuffer
-from mleforge.curriculum.learnability import state_potential
+from mleforge.curriculum.learnability import potentials
 from mleforge.curriculum.records import StateStats
 from mleforge.curriculum.schema import SCHEMA_VERSION
 
@@ -25,8 +25,8 @@ def buffer_summary(buffer: StateBuffer, top: int = 10) -> dict[str, Any]:
     states by LP (with every LP term and their statistics), and one row per sealed step."""
     rows = buffer.rows()
     stats = [_stats(r) for r in rows]
-    n_total = sum(s.rollouts for s in stats)
     refs = buffer.tasks()
+    counts = buffer.counts()
     sizes: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: {"states": 0, "seeds": 0, "rollouts": 0})
     for s in stats:
         entry = sizes[(s.task_id, s.stage)]
@@ -34,8 +34,8 @@ def buffer_summary(buffer: StateBuffer, top: int = 10) -> dict[str, Any]:
         entry["seeds"] += int(s.is_seed)
         entry["rollouts"] += s.rollouts
     ranked = []
-    for row, s in zip(rows, stats):
-        potential = state_potential(s, n_total, refs.get(s.task_id), buffer.learnability)
+    # N is every rollout counted, evicted states' included, as the sampler's snapshots count it.
+    for row, s, potential in zip(rows, stats, potentials(stats, counts["rollouts"], refs, buffer.learnability)):
         ranked.append({
             "state_id": s.state_id, "task_id": s.task_id, "stage": s.stage, "is_seed": s.is_seed,
             **potential.to_dict(),
@@ -49,7 +49,7 @@ def buffer_summary(buffer: StateBuffer, top: int = 10) -> dict[str, Any]:
         "path": str(buffer.path),
         "schema_version": SCHEMA_VERSION,
         "sealed_step": buffer.sealed_step,
-        **buffer.counts(),
+        **counts,
         "learnability": buffer.learnability.to_dict(),
         "by_task_stage": [
             {"task_id": task, "stage": stage, **entry} for (task, stage), entry in sorted(sizes.items())
