@@ -571,6 +571,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--labels", help="comma-separated names of the runs in the report (default: their policies)")
     p.add_argument("--title", help="report title")
     p.set_defaults(func=cmd_report)
+    from mleforge.cli import collect as collect_cli  # issue 10 will move this registration
+
+    collect_cli.register(sub, parents=[common])
     return parser
 
 
