@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -187,5 +188,5 @@ def test_cli_writes_result_run_record_contamination_and_report(prepared_registry
     assert saved["metrics"]["valid_rate"]["mean"] == 1.0
     assert "CONTAMINATION" in StepwiseResult.from_dict(saved).contamination["warning"]
     report = write_report([out, out], tmp_path / "report", labels=["before", "after"])
-    text = open(report.markdown, encoding="utf-8").read()
+    text = Path(report.markdown).read_text(encoding="utf-8")
     assert "Step-wise evaluation" in text and "valid %" in text and "change" in text and "CONTAMINATION" in text

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +23,7 @@ KEYS = {"prompt", "completion", "task_id", "stage", "state_id", "teacher", "idea
 
 
 def read_samples(path) -> list[dict]:
-    return [json.loads(line) for line in open(path, encoding="utf-8")]
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
 
 
 class Interrupting:
