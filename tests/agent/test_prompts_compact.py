@@ -148,7 +148,7 @@ def _qwen_tokenizer():
 
 
 # Measured by benchmarks/prompt_tokens.py on the lite tasks (mean over states; full profile in
-# brackets): draft 480 (1,920), debug 1,830 (4,190), improve 1,660 (4,380).
+# brackets): draft 502 (2,006), debug 1,756 (4,196), improve 1,671 (4,452).
 BUDGET = {"draft": 700, "debug": 2000, "improve": 1900}
 
 

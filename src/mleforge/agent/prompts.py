@@ -39,8 +39,8 @@ SUBMISSION_PATH = "./submission/submission.csv"
 WORKING_DIR = "./working/"
 OVERVIEW_FILES = ("train.csv", "test.csv", "sample_submission.csv")
 PROFILES = ("full", "compact")
-# The compact profile's script budget (~1,000 Qwen2.5-Coder tokens): benchmarks/prompt_tokens.py measured
-# that it keeps 74% of the template expert's edits on shown lines (3,200 chars: 35%).
+# The compact profile's script budget (~1,000 Qwen2.5-Coder tokens): on the template expert's lite-task
+# journals benchmarks/prompt_tokens.py measured 79% of its edits on shown lines (3,200 chars: 28%).
 COMPACT_CODE_CHARS = 4000
 
 Messages = list[dict[str, str]]

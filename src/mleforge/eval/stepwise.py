@@ -27,6 +27,7 @@ policy, tasks, the contamination check) and stepwise.json (`StepwiseResult.to_di
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -177,6 +178,7 @@ class StepwiseResult:
     prompt_profile: str
     records: tuple[StepwiseRecord, ...]
     contamination: dict[str, Any] = field(default_factory=dict)
+    timing: dict[str, float] = field(default_factory=dict)  # gen_s, exec_s: wall seconds of each phase
 
     @property
     def metrics(self) -> dict[str, dict[str, Any]]:
@@ -191,7 +193,8 @@ class StepwiseResult:
         return {"kind": "stepwise", "policy": self.policy, "tasks": list(self.tasks), "sampling": dict(self.sampling),
                 "prompt_profile": self.prompt_profile, "n_states": len(self.records),
                 "metrics": self.metrics, "by_stage": self.by_stage,  # derived; recomputed by from_dict
-                "records": [r.to_dict() for r in self.records], "contamination": dict(self.contamination)}
+                "records": [r.to_dict() for r in self.records], "contamination": dict(self.contamination),
+                "timing": dict(self.timing)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StepwiseResult:
@@ -199,7 +202,8 @@ class StepwiseResult:
             return cls(policy=data["policy"], tasks=tuple(data["tasks"]), sampling=dict(data["sampling"]),
                        prompt_profile=data["prompt_profile"],
                        records=tuple(StepwiseRecord.from_dict(r) for r in data["records"]),
-                       contamination=dict(data.get("contamination") or {}))
+                       contamination=dict(data.get("contamination") or {}),
+                       timing=dict(data.get("timing") or {}))
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"not a step-wise evaluation result: {exc!r}") from None
 
@@ -224,6 +228,7 @@ def run_stepwise(policy: Any, states: Sequence[State], tasks: Sequence[Task] | M
     prompt_config = prompt_config or PromptConfig()
     contexts = {t: RewardContext(by_id[t], reward_config or RewardConfig()) for t in {s.task_id for s in states}}
     completions = []
+    started = time.perf_counter()
     for start in range(0, len(states), batch_size):
         batch = list(states[start:start + batch_size])
         prompts = [render_prompt(s, by_id[s.task_id], prompt_config) for s in batch]
@@ -247,13 +252,15 @@ def run_stepwise(policy: Any, states: Sequence[State], tasks: Sequence[Task] | M
             on_record(record)
         return record
 
+    generated = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="mleforge-stepwise") as pool:
         records = list(pool.map(one, range(len(states))))
+    timing = {"gen_s": round(generated - started, 3), "exec_s": round(time.perf_counter() - generated, 3)}
     to_dict = getattr(sampling, "to_dict", None)
     return StepwiseResult(policy_name or str(getattr(policy, "model", type(policy).__name__)),
                           tuple(dict.fromkeys(s.task_id for s in states)),
                           to_dict() if to_dict else dict(sampling or {}), prompt_config.profile, tuple(records),
-                          dict(contamination or {}))
+                          dict(contamination or {}), timing)
 
 
 # --- comparing -------------------------------------------------------------------------------------
