@@ -401,3 +401,89 @@ def _syntax_error(code: str) -> str | None:
         # null bytes, or nesting too deep for the compiler: Python will refuse it too.
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+# --- writing actions: the inverse of parsing ---
+
+
+@dataclass(frozen=True)
+class EditBlock:
+    """One SEARCH/REPLACE edit; `base_lines` are the 0-based lines of the base script its
+    SEARCH quotes (lines an earlier edit wrote are not among them)."""
+
+    search: tuple[str, ...]
+    replace: tuple[str, ...]
+    base_lines: tuple[int, ...]
+
+
+def edit_blocks(base_code: str, code: str, *, merge_gap: int = 2) -> list[EditBlock]:
+    """Edits that turn `base_code` into `code`, for format B: a line diff whose changes less
+    than `merge_gap` unchanged lines apart share one block; each SEARCH is grown by
+    neighbouring lines until it holds a non-blank line and matches exactly once in the
+    script as the earlier edits leave it (the order `parse_completion` applies them in)."""
+    import difflib
+
+    old = _normalize_newlines(base_code).split("\n")
+    new = _normalize_newlines(code).split("\n")
+    hunks: list[list[int]] = []  # [i1, i2, j1, j2] in old and new coordinates
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            continue
+        if hunks and i1 - hunks[-1][1] <= merge_gap:
+            hunks[-1][1], hunks[-1][3] = i2, j2
+        else:
+            hunks.append([i1, i2, j1, j2])
+    current = list(old)
+    origin: list[int | None] = list(range(len(old)))  # base line of each current line; None if written
+    offset = 0
+    blocks = []
+    for k, (i1, i2, j1, j2) in enumerate(hunks):
+        lo, hi = i1 + offset, i2 + offset
+        replace = list(new[j1:j2])
+        # Lines from the next hunk on will still change: a SEARCH may not grow into them.
+        limit = hunks[k + 1][0] + offset if k + 1 < len(hunks) else len(current)
+        while not any(s.strip() for s in current[lo:hi]) or len(_find_lines(current, current[lo:hi])) != 1:
+            if hi < limit:
+                replace.append(current[hi])
+                hi += 1
+            elif lo > 0:
+                lo -= 1
+                replace.insert(0, current[lo])
+            else:
+                raise ValueError("no unique SEARCH text for an edit: the script repeats itself throughout")
+        blocks.append(EditBlock(tuple(current[lo:hi]), tuple(replace),
+                                tuple(i for i in origin[lo:hi] if i is not None)))
+        current[lo:hi] = replace
+        origin[lo:hi] = [None] * len(replace)
+        offset += (j2 - j1) - (i2 - i1)
+    return blocks
+
+
+def format_edits(blocks: list[EditBlock]) -> str:
+    """The edit blocks as format B text, one blank line between blocks."""
+    return "\n\n".join(
+        "\n".join(["<<<<<<< SEARCH", *b.search, "=======", *b.replace, ">>>>>>> REPLACE"]) for b in blocks
+    )
+
+
+def write_action(stage: str, plan: str, code: str, base_code: str | None = None) -> str:
+    """A completion that `parse_completion` reads back as exactly (`plan`, `code`): for a
+    draft, the plan and the script in one fence; for debug and improve, the plan and the
+    edits from `base_code` to `code`. ValueError when no such text exists (the plan holds
+    a fence or edit marker, the code equals the base, an edit marker is a line of code)."""
+    if stage == "draft" or base_code is None:
+        longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
+        ticks = "`" * max(3, longest + 1)
+        text = f"{plan.strip()}\n\n{ticks}python\n{code}{'' if code.endswith(chr(10)) else chr(10)}{ticks}\n"
+        fmt = "script"
+    else:
+        text = f"{plan.strip()}\n\n{format_edits(edit_blocks(base_code, code))}\n"
+        fmt = "edits"
+    try:
+        action = parse_completion(text, stage, base_code)
+    except ActionFormatError as exc:
+        raise ValueError(f"the action cannot be written in format {fmt}: {exc.reason}") from None
+    if action.code != code or action.plan != plan.strip() or action.format != fmt:
+        raise ValueError(f"the action does not survive a round trip through format {fmt}")
+    return text

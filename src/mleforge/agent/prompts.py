@@ -6,10 +6,20 @@ and prompt caches hit. The system message holds what is the same for every
 state of a stage and task (role, instructions, response format): servers that
 cache prompt prefixes reuse it. The user message holds the task, its data and
 the state.
+
+Two profiles. `full` (the default) shows the whole task description, a
+detailed data overview, the memory of earlier attempts and the whole target
+script. `compact` (`PromptConfig.compact()`, for the CPU training preset,
+where prefill dominates a step) shows the goal, metric and submission format
+instead of the description, a trimmed data overview, no memory of other
+nodes, and a view of the target script within `code_chars`: function bodies
+are elided, least relevant first, and every line it does show is a real line
+of the script, so a SEARCH block copied from it matches (`script_view`).
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from dataclasses import dataclass
@@ -31,6 +41,10 @@ INPUT_DIR = "./input/"
 SUBMISSION_PATH = "./submission/submission.csv"
 WORKING_DIR = "./working/"
 OVERVIEW_FILES = ("train.csv", "test.csv", "sample_submission.csv")
+PROFILES = ("full", "compact")
+# The compact profile's script budget (~1,000 Qwen2.5-Coder tokens): on the template expert's lite-task
+# journals benchmarks/prompt_tokens.py measured 79% of its edits on shown lines (3,200 chars: 28%).
+COMPACT_CODE_CHARS = 4000
 
 Messages = list[dict[str, str]]
 
@@ -53,11 +67,17 @@ class PromptConfig:
     allow_edits: bool = True  # offer SEARCH/REPLACE edits (format B) in debug and improve
     show_scores: bool = True  # show earlier attempts' graded scores (a public-leaderboard-like signal)
     packages: tuple[str, ...] = ("numpy", "pandas", "scikit-learn", "scipy")
+    profile: str = "full"  # "full" | "compact" (see the module doc; `PromptConfig.compact()` is its preset)
+    code_chars: int = 0  # the target script shown is cut to about this (script_view); 0: whole
+    format_chars: int = 500  # compact: the description's submission-format section, cut to this
 
     def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            raise ConfigError(f"prompt.profile: got {self.profile!r}; expected one of {', '.join(PROFILES)}")
         for key in (
             "output_head_chars", "output_tail_chars", "memory_nodes", "memory_plan_chars",
             "memory_error_chars", "overview_columns", "overview_values", "overview_value_chars",
+            "code_chars", "format_chars",
         ):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -69,6 +89,24 @@ class PromptConfig:
         object.__setattr__(self, "packages", tuple(self.packages))
         if not self.packages or not all(isinstance(p, str) and p for p in self.packages):
             raise ConfigError(f"prompt.packages: got {self.packages!r}; expected package names")
+
+    @classmethod
+    def compact(cls, **overrides: object) -> PromptConfig:
+        """The compact profile with its budgets (measured with Qwen2.5-Coder's tokenizer on the
+        lite tasks by benchmarks/prompt_tokens.py); `overrides` change any field."""
+        preset: dict[str, object] = {
+            "profile": "compact", "memory_nodes": 0, "output_head_chars": 250, "output_tail_chars": 500,
+            "overview_columns": 8, "overview_values": 2, "overview_value_chars": 24, "memory_plan_chars": 200,
+            "code_chars": COMPACT_CODE_CHARS,
+        }
+        return cls(**{**preset, **overrides})  # type: ignore[arg-type]
+
+    @classmethod
+    def for_profile(cls, profile: str, **overrides: object) -> PromptConfig:
+        """`full` (the defaults) or `compact` (its preset), with `overrides`."""
+        if profile not in PROFILES:
+            raise ConfigError(f"prompt profile: got {profile!r}; expected one of {', '.join(PROFILES)}")
+        return cls.compact(**overrides) if profile == "compact" else cls(**overrides)  # type: ignore[arg-type]
 
 
 # --- small formatting helpers ---
@@ -333,7 +371,7 @@ def _target(state: State, task: Task, config: PromptConfig, title: str) -> str:
     return "\n\n".join([
         f"# {title} (attempt {number}{score})",
         "Plan: " + (_one_line(node.plan, config.memory_plan_chars) or "(no plan given)"),
-        _fence(node.code, "python"),
+        _fence(target_view(state, config).text, "python"),
         "## What running it showed\n\n" + _execution(node.execution, node, config, task),
     ])
 
@@ -345,12 +383,258 @@ def _check(state: State, task: Task, stage: str) -> None:
         raise ValueError(f"the state is of task {state.task_id}, the task is {task.id}")
 
 
+# --- the compact profile ---
+
+_PROBLEM_PHRASES = {
+    "binary": "binary classification", "multiclass": "multiclass classification", "regression": "regression",
+    "ordinal": "ordinal classification", "ranking": "ranking",
+}
+_FORMAT_HEADING_RE = re.compile(r"^#{1,6}\s*submission\b.*$", re.IGNORECASE | re.MULTILINE)
+_HEADING_RE = re.compile(r"^#{1,6}\s", re.MULTILINE)
+_FENCED_RE = re.compile(r"^(`{3,}|~{3,}).*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
+_TRACE_LINE_RE = re.compile(r'File "[^"]*script\.py", line (\d+)')
+# Calls that build a model, its features or its validation: the bodies an edit most likely changes.
+_MODEL_RE = re.compile(
+    r"\b\w*(?:Classifier|Regressor|Regression|Pipeline|Vectorizer|Encoder|Scaler|Imputer|Transformer|"
+    r"KFold|NB|SVC|SVR|PCA|Ridge|Lasso)\(|\btrain_test_split\(|\.fit\(")
+
+
+def _format_section(task: Task, config: PromptConfig) -> str:
+    """The description's submission-format section in prose (its example is left out: the
+    data overview shows sample_submission.csv), or a sentence made from the spec."""
+    text = task.description()
+    heading = _FORMAT_HEADING_RE.search(text)
+    if heading is not None:
+        rest = text[heading.end():]
+        following = _HEADING_RE.search(rest)
+        body = _FENCED_RE.sub("", rest[: following.start()] if following else rest)
+        prose = _one_line(body, config.format_chars).rstrip(":")
+        if prose:
+            return prose
+    columns = ", ".join(task.spec.submission.columns)
+    return f"a CSV file with a header and one row per row of test.csv, with the columns {columns}"
+
+
+def _compact_task(task: Task, config: PromptConfig) -> str:
+    spec = task.spec
+    target = spec.target or ", ".join(spec.submission.target_columns)
+    better = "lower" if task.is_lower_better else "higher"
+    return "\n".join([
+        f"# Task: {spec.name}",
+        f"Goal: predict `{target}` for every row of test.csv ({_PROBLEM_PHRASES.get(spec.problem, spec.problem)}, "
+        f"{spec.modality} data).",
+        f"Metric: {spec.metric_name} ({better} is better).",
+        f"Submission ({SUBMISSION_PATH}): {_format_section(task, config)}.",
+    ])
+
+
+def compact_overview(task: Task, config: PromptConfig | None = None) -> str:
+    """The trimmed data overview: train.csv's columns (types, a few values), test.csv and
+    sample_submission.csv in a line each, and any other input files by name."""
+    config = config or PromptConfig.compact()
+    require_prepared(task)
+    public = task.public_dir
+    signature = tuple(
+        sorted((e.name, e.is_dir(), e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(public))
+    )
+    fmt = task.spec.submission
+    key_columns = tuple(dict.fromkeys(c for c in (fmt.id_column, task.spec.target, *fmt.target_columns) if c))
+    return _compact_overview(str(public), signature, key_columns, config)
+
+
+@lru_cache(maxsize=64)
+def _compact_overview(public: str, signature: tuple, key_columns: tuple[str, ...], config: PromptConfig) -> str:
+    root = Path(public)
+    lines = [f"# Data ({INPUT_DIR})"]
+    train_columns: list[str] = []
+    if (root / "train.csv").is_file():
+        train_lines = _csv_overview(root / "train.csv", key_columns, config)
+        train_columns = [str(c) for c in pd.read_csv(root / "train.csv", nrows=0).columns]
+        lines += [train_lines[0].split(" (types")[0] + ":", *train_lines[1:]]
+    for name in ("test.csv", "sample_submission.csv"):
+        path = root / name
+        if not path.is_file():
+            continue
+        head = pd.read_csv(path, nrows=1)
+        columns = [str(c) for c in head.columns]
+        rows = len(pd.read_csv(path, usecols=[0]))
+        if name == "test.csv" and train_columns and set(columns) <= set(train_columns):
+            missing = [c for c in train_columns if c not in columns]
+            what = f"the columns of train.csv without {', '.join(missing)}" if missing else "the columns of train.csv"
+        else:
+            example = ",".join(_value(v, config.overview_value_chars).strip("'") for v in head.iloc[0]) \
+                if len(head) else ""
+            what = f"columns {', '.join(columns)}" + (f" (first row: {example})" if example else "")
+        lines.append(f"{name}: {rows} rows; {what}")
+    others = [name + ("/" if is_dir else "") for name, is_dir, _, _ in signature
+              if name not in (*OVERVIEW_FILES, "description.md")]
+    if others:
+        shown = ", ".join(others[: config.overview_files])
+        more = f" and {len(others) - config.overview_files} more" if len(others) > config.overview_files else ""
+        lines.append(f"Other files: {shown}{more}")
+    return "\n".join(lines)
+
+
+def _compact_instructions(task: Task, config: PromptConfig) -> str:
+    limits = task.spec.limits
+    return "\n".join([
+        f"Rules: read the data from `{INPUT_DIR}`; write `{SUBMISSION_PATH}` (only it is graded); "
+        f"finish within {_duration(limits.timeout_s)} on {limits.cpus} CPU cores and {limits.memory_mb} MB; "
+        f"print a validation score; use only {', '.join(config.packages)}; no internet.",
+    ])
+
+
+def _compact_format(stage: str, config: PromptConfig) -> str:
+    if stage == "draft" or not config.allow_edits:
+        return ("Answer: a plan of 2-4 sentences, then one ```python block with the complete script. "
+                "Nothing after the block.")
+    return (
+        "Answer: a plan of 1-3 sentences, then one or more edits of the script, each in this form:\n"
+        "<<<<<<< SEARCH\n(lines copied exactly from the script)\n=======\n(the lines that replace them)\n"
+        ">>>>>>> REPLACE\n"
+        "Each SEARCH must match one place; never copy a `# [...]` line, it stands for lines not shown."
+    )
+
+
+_COMPACT_ROLES = {
+    "draft": "You are an expert machine-learning engineer. Write one Python script that trains a model "
+             "and predicts the test set.",
+    "debug": "You are an expert machine-learning engineer. The script below failed. Find the cause in its "
+             "output and fix it.",
+    "improve": "You are an expert machine-learning engineer. The script below works. Make one change that "
+               "should improve its test score.",
+}
+
+
+def _compact_system(stage: str, task: Task, config: PromptConfig) -> str:
+    return "\n\n".join([_COMPACT_ROLES[stage], _compact_instructions(task, config), _compact_format(stage, config)])
+
+
+def _trace_lines(node: Node) -> frozenset[int]:
+    """0-based lines of the script named by its traceback."""
+    stderr = node.execution.stderr if node.execution is not None else ""
+    return frozenset(int(m) - 1 for m in _TRACE_LINE_RE.findall(stderr))
+
+
+@dataclass(frozen=True)
+class ScriptView:
+    """What a prompt shows of a script: `text`, and the 0-based lines of the script it leaves out."""
+
+    text: str
+    hidden: frozenset[int]
+
+
+def script_view(code: str, budget: int, keep: frozenset[int] = frozenset()) -> ScriptView:
+    """`code` cut to about `budget` characters by eliding the bodies of top-level functions
+    and classes (after their docstrings), each replaced by one `# [...]` line, until it fits:
+    first bodies that build no model, features or validation, then those that do, the
+    largest first; never a body holding a line of `keep` (the lines a traceback names).
+    Module-level code is always shown; a script that does not parse is shown whole.
+    budget 0: the whole script."""
+    if budget <= 0 or len(code) <= budget:
+        return ScriptView(code, frozenset())
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ScriptView(code, frozenset())
+    lines = code.split("\n")
+    candidates = []  # (priority, -size, first line, last line, name)
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or not node.body:
+            continue
+        body = node.body
+        if isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            body = body[1:]  # the docstring stays: it says what the elided body does
+        if not body:
+            continue
+        first, last = body[0].lineno - 1, (node.end_lineno or node.lineno) - 1
+        if first <= node.lineno - 1 or last - first < 1:  # a one-line def, or too short to gain from
+            continue
+        if keep & set(range(first, last + 1)):
+            continue
+        chunk = "\n".join(lines[first:last + 1])
+        candidates.append((1 if _MODEL_RE.search(chunk) else 0, -len(chunk), first, last, node.name))
+    hidden: set[int] = set()
+    elided: dict[int, tuple[int, str]] = {}
+    text = code
+    for _, _, first, last, name in sorted(candidates):
+        if len(text) <= budget:
+            break
+        elided[first] = (last, name)
+        hidden.update(range(first, last + 1))
+        text = _render_view(lines, elided)
+    return ScriptView(text, frozenset(hidden))
+
+
+def _render_view(lines: list[str], elided: dict[int, tuple[int, str]]) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        if i in elided:
+            last, name = elided[i]
+            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+            out.append(f"{indent}# [... {last - i + 1} lines of {name} not shown ...]")
+            i = last + 1
+            continue
+        out.append(lines[i])
+        i += 1
+    return "\n".join(out)
+
+
+def target_view(state: State, config: PromptConfig) -> ScriptView:
+    """What the prompt of `state` shows of its target script (the whole of it in the full
+    profile unless `code_chars` is set)."""
+    node = state.target
+    if node is None:
+        raise ValueError(f"a {state.stage} state has no target script")
+    keep = _trace_lines(node) if state.stage == "debug" else frozenset()
+    return script_view(node.code, config.code_chars, keep)
+
+
+def _compact_target(state: State, task: Task, config: PromptConfig, title: str) -> str:
+    node = state.target
+    if node is None or node.execution is None:
+        raise ValueError(f"a {state.stage} prompt needs a target node that ran")
+    score = f" (test score {_number(node.score)})" if node.valid and config.show_scores else ""  # type: ignore[arg-type]
+    view = target_view(state, config)
+    ex = node.execution
+    status = "timed out" if ex.timed_out else (
+        f"killed by the {ex.killed_by} limit" if ex.killed_by else f"exit code {ex.returncode}")
+    lines = [f"# {title}{score}", _fence(view.text, "python"),
+             f"Output: {status}; submission written: {'yes' if ex.submission_written else 'no'}"]
+    if node.error:
+        lines.append(f"Why it did not produce a valid submission: {node.error}")
+    for name, stream in (("stdout", ex.stdout), ("stderr", ex.stderr)):
+        shown = trim_head_tail(stream, config.output_head_chars, config.output_tail_chars)
+        if shown.strip():
+            lines += [f"{name}:", _fence(shown)]
+    return "\n".join(lines)
+
+
+def _compact_messages(state: State, task: Task, config: PromptConfig) -> Messages:
+    stage = state.stage
+    sections: list[str | None] = [_compact_task(task, config), compact_overview(task, config), _ideas(state)]
+    if stage == "draft":
+        sections.append("Write your plan and the complete script now.")
+    elif stage == "debug":
+        sections += [_compact_target(state, task, config, "The script to fix"),
+                     "Explain the bug in your plan, then fix it."]
+    else:
+        sections += [_compact_target(state, task, config, "The script to improve"),
+                     "Describe your one improvement in your plan, then implement it."]
+    user = "\n\n".join(s for s in sections if s)
+    return [{"role": "system", "content": _compact_system(stage, task, config)}, {"role": "user", "content": user}]
+
+
 # --- one function per stage ---
 
 
 def draft_messages(state: State, task: Task, config: PromptConfig | None = None) -> Messages:
     config = config or PromptConfig()
     _check(state, task, "draft")
+    if config.profile == "compact":
+        return _compact_messages(state, task, config)
     user = _user(state, task, config, [
         _memory(state.journal, None, config),
         _ideas(state),
@@ -363,6 +647,8 @@ def draft_messages(state: State, task: Task, config: PromptConfig | None = None)
 def debug_messages(state: State, task: Task, config: PromptConfig | None = None) -> Messages:
     config = config or PromptConfig()
     _check(state, task, "debug")
+    if config.profile == "compact":
+        return _compact_messages(state, task, config)
     user = _user(state, task, config, [
         _memory(state.journal, state.target_node_id, config),
         _ideas(state),
@@ -375,6 +661,8 @@ def debug_messages(state: State, task: Task, config: PromptConfig | None = None)
 def improve_messages(state: State, task: Task, config: PromptConfig | None = None) -> Messages:
     config = config or PromptConfig()
     _check(state, task, "improve")
+    if config.profile == "compact":
+        return _compact_messages(state, task, config)
     user = _user(state, task, config, [
         _memory(state.journal, state.target_node_id, config),
         _ideas(state),

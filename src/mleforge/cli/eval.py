@@ -12,6 +12,7 @@ from mleforge.cli.options import (
     task_registry,
 )
 from mleforge.cli.output import err_console, print_json, print_table
+from mleforge.cli.stepwise import add_stepwise_arguments, cmd_eval_stepwise
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a training run folder or record whose tasks the policy saw (repeatable; contamination guard)")
     p.add_argument("--out", help="evaluation folder (default runs/eval/<policy>; resumed if present)")
     p.add_argument("--fresh", action="store_true", help="delete the evaluation folder first instead of resuming")
+    p.add_argument("--stepwise", action="store_true",
+                   help="step-wise evaluation instead: one completion per fixed, seeded expert state (ML-Agent's unit)")
+    add_stepwise_arguments(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("report", parents=[common()], help="Markdown + HTML report (tables, plots) of runs, side by side")
@@ -43,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Evaluate a policy on tasks x seeds (MLE-bench style), in parallel, resumable; writes aggregate.json."""
+    if args.stepwise:
+        return cmd_eval_stepwise(args)
     from mleforge.eval.config import EvalConfig
     from mleforge.eval.progress import RichGridProgress
     from mleforge.eval.runner import EvalGrid, safe_name

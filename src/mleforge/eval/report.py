@@ -25,7 +25,7 @@ from typing import Any
 
 from mleforge.errors import ConfigError
 
-SECTION_MODULES = {"eval": "mleforge.eval.sections"}
+SECTION_MODULES = {"eval": "mleforge.eval.sections", "stepwise": "mleforge.eval.stepwise"}
 
 
 # --- blocks and sections --------------------------------------------------------------------------
