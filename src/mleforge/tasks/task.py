@@ -66,6 +66,10 @@ class Task:
         """The task's own grade function, or None when it uses a named metric."""
         if self.spec.grade_fn is None:
             return None
+        if self.kind == "mlebench":
+            from mleforge.tasks.mlebench import load_grade_fn
+
+            return load_grade_fn(self.spec)
         return load_callable(self.spec.grade_fn, self.spec.folder, self.spec.folder / "task.yaml", "grade_fn")
 
     def to_dict(self) -> dict[str, Any]:
