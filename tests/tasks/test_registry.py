@@ -63,3 +63,14 @@ def test_unknown_task_and_missing_folder(tmp_path):
 def test_data_root_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("MLEFORGE_DATA", str(tmp_path / "root"))
     assert TaskRegistry(mlebench=False).get("titanic").data_dir == (tmp_path / "root" / "titanic")
+
+
+def test_hints_name_the_tasks_dir_and_data_dir_a_task_came_from(tmp_path):
+    from mleforge.errors import DataNotPrepared
+
+    folder = write_task(tmp_path / "mine", "tiny-a")
+    (folder / "leaderboard.csv").unlink()
+    task = TaskRegistry(task_dirs=[tmp_path / "mine"], data_dir=tmp_path / "data", mlebench=False).get("tiny-a")
+    with pytest.raises(DataNotPrepared, match=(
+            f"build it with: mleforge tasks leaderboard tiny-a --tasks-dir {folder} --data-dir {tmp_path / 'data'}$")):
+        task.leaderboard()
