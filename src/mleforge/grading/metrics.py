@@ -139,8 +139,9 @@ def undefined_reason(metric: Metric, y_true: Any, y_pred: Any) -> str:
     """Why `metric` came out nan on these inputs (MLE-bench reports such a score as nan)."""
     if metric.name == "qwk":
         labels = np.unique(np.concatenate([np.asarray(y_true), np.asarray(y_pred)]))
+        shown = [f"{v:g}" if isinstance(v, (float, np.floating)) else str(v) for v in labels[:3]]
         return (f"quadratic weighted kappa is undefined when the answers and the predictions hold "
-                f"a single label between them (here {', '.join(map(str, labels[:3]))}); "
+                f"a single label between them (here {', '.join(shown)}); "
                 "MLE-bench would report a nan score")
     if metric.name == "roc_auc":
         return ("ROC AUC is undefined when a column of the answers holds one class only; "
