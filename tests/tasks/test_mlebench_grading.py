@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from mleforge.errors import TaskSpecError
-from mleforge.grading.grader import grade
+from mleforge.grading.grader import grade, no_submission_report
 from mleforge.tasks.registry import TaskRegistry
 from tests.tasks.mlebench_layout import forget_modules, write_competition, write_package
 
@@ -369,3 +369,11 @@ def test_two_copies_of_a_competition_in_one_process(mlebench_dirs, tmp_path, mon
     monkeypatch.setenv("MLEBENCH_DATA_DIR", str(tmp_path / "other-data"))
     assert grade(_task("twin"), _submit(tmp_path, SUBMISSION)).score == 0.75
     assert grade(first, _submit(tmp_path, SUBMISSION)).score == 0.25  # its function keeps its module
+
+
+def test_a_run_without_a_submission_reports_the_bare_id_and_the_file_thresholds(mlebench_dirs, tmp_path):
+    _add(mlebench_dirs, "unsorted", "def grade(submission, answers):\n    return 1.0\n", scores=(0.9, 0.5, 0.7, 0.6, 0.8))
+    report = no_submission_report(_task("unsorted"), tmp_path / "none.csv", "no step produced a submission")
+    assert report.competition_id == "unsorted" and report.bronze_threshold == 0.5
+    assert not report.submission_exists and not report.valid_submission and not report.any_medal
+    assert report.invalid_reason == "no step produced a submission"

@@ -199,14 +199,23 @@ def grade(task: Task, submission_path: str | Path) -> GradeReport:
     """Grade a submission file: invalid submissions get a report with their reason."""
     require_prepared(task)
     path = Path(submission_path)
-    scores = task.leaderboard()["score"]
-    exists = path.is_file() and path.suffix.lower() == ".csv"
     score: float | None = None
     reason: str | None = None
     try:
         score = score_frame(task, read_submission(path))
     except InvalidSubmission as exc:
         reason = exc.reason
+    return _report(task, path, score, reason)
+
+
+def no_submission_report(task: Task, submission_path: str | Path, reason: str) -> GradeReport:
+    """The report of a run that left nothing to grade (earns nothing, keeps the thresholds)."""
+    return _report(task, Path(submission_path), None, reason)
+
+
+def _report(task: Task, path: Path, score: float | None, reason: str | None) -> GradeReport:
+    scores = task.leaderboard()["score"]
+    exists = path.is_file() and path.suffix.lower() == ".csv"
     # MLE-bench reads thresholds at positions of its leaderboard file as it stands.
     rank = rank_score(score, scores.to_numpy(dtype=float), task.is_lower_better,
                       presorted=task.kind == "mlebench")
