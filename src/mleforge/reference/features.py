@@ -135,7 +135,7 @@ class TopTermsCounts(TransformerMixin, BaseEstimator):
         return self
 
     def fit_transform(self, texts, y=None):
-        counter = CountVectorizer(ngram_range=self.ngram_range, min_df=self.min_df)
+        counter = CountVectorizer(ngram_range=self.ngram_range, min_df=self.min_df, dtype=np.float64)
         counts = counter.fit_transform(texts)
         if self.max_terms is not None and counts.shape[1] > self.max_terms:
             totals = np.asarray(counts.sum(axis=0)).ravel()
