@@ -60,6 +60,37 @@ def test_custom_invalid_and_bug(custom, tmp_path):
         grade(custom, submit(tmp_path, [0, -1, 0, 0]))
 
 
+def test_no_negative_zero_or_float_noise_in_a_report(tmp_path):
+    # grade returns -y[0] / 10 + 0.1: the sample (all zeros) scores 0.1, the leaderboard's best
+    # is 1.0, so normalized = (score - 0.1) / 0.9, a ratio rounded to 6 decimals.
+    write_task(tmp_path / "t", metric_lines="grade_fn: grade:grade\ndirection: higher",
+               grade_py="def grade(submission, answers):\n    return 0.1 - submission['y'].iloc[0] / 10\n")
+    task = TaskRegistry(task_dirs=[tmp_path / "t"], include_builtin=False, data_dir=tmp_path / "d",
+                        mlebench=False).get("tiny")
+    prepare(task)
+    noisy = grade(task, submit(tmp_path, [-4.2213, 0, 0, 0]))
+    assert noisy.score == 0.52213 and noisy.normalized_score == 0.469033  # 0.42213 / 0.9 = 0.46903333...
+    zero = grade(task, submit(tmp_path, [1.000001, 0, 0, 0]))  # round(0.1 - 0.1000001, 5) is -0.0
+    assert repr(zero.to_dict()["score"]) == "0.0" and repr(zero.score) == "0.0"
+
+
+def test_a_degenerate_named_metric_says_why(tmp_path):
+    # QWK of answers and predictions that hold one label is nan in scikit-learn (and MLE-bench):
+    # a built-in or folder task reports why instead of a score.
+    folder = write_task(tmp_path / "t", metric_lines="metric: qwk")
+    prepare_py = (folder / "prepare.py").read_text()
+    (folder / "prepare.py").write_text(prepare_py.replace('"y": [0, 1, 0, 1]}).to_csv(private', '"y": [1, 1, 1, 1]}).to_csv(private'))
+    task = TaskRegistry(task_dirs=[tmp_path / "t"], include_builtin=False, data_dir=tmp_path / "d",
+                        mlebench=False).get("tiny")
+    prepare(task)
+    with pytest.warns(Warning):
+        degenerate = grade(task, submit(tmp_path, [1, 1, 1, 1]))
+    assert not degenerate.valid_submission and degenerate.score is None
+    assert degenerate.invalid_reason.startswith("quadratic weighted kappa is undefined when the answers and the "
+                                                "predictions hold a single label between them (here 1)")
+    assert grade(task, submit(tmp_path, [0, 1, 1, 1])).score == 0.0  # two labels: kappa 0, defined
+
+
 def report(score, valid=True, medal=None, above=False, normalized=None):
     return GradeReport(
         competition_id="t", score=score if valid else None, gold_threshold=1, silver_threshold=1,

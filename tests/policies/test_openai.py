@@ -216,7 +216,27 @@ def test_make_policy_builds_an_openai_policy(monkeypatch):
         assert server.seen[0].body["max_tokens"] == 8
         policy.close()
     monkeypatch.setenv("OPENAI_BASE_URL", "http://example.invalid/v1/")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     assert make_policy("openai:m").config.base_url == "http://example.invalid/v1"
+
+
+def test_a_remote_endpoint_without_a_key_is_refused_at_once(monkeypatch):
+    from mleforge.policies.base import PolicyError
+    from mleforge.policies.openai import is_local_endpoint
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(PolicyError, match=r"no API key for https://api.openai.com/v1: \$OPENAI_API_KEY is not set"):
+        make_policy("openai:gpt-4o-mini")
+    with pytest.raises(PolicyError, match=r"\$MY_KEY is not set"):
+        OpenAIPolicy(OpenAIConfig(model="m", base_url="https://llm.example.com/v1", api_key_env="MY_KEY"))
+    # Local servers need no key.
+    for url in ("http://localhost:8000/v1", "http://127.0.0.1:8000/v1", "http://[::1]:8000/v1",
+                "http://10.0.0.7:8000/v1", "http://192.168.1.20/v1", "http://vllm:8000/v1"):
+        assert is_local_endpoint(url), url
+        OpenAIPolicy(OpenAIConfig(model="m", base_url=url)).close()
+    for url in ("https://api.openai.com/v1", "http://8.8.8.8/v1", "https://llm.example.com/v1"):
+        assert not is_local_endpoint(url), url
 
 
 def test_close_is_idempotent_and_the_policy_reopens():

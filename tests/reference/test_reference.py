@@ -10,7 +10,14 @@ import pytest
 
 from mleforge.errors import ConfigError
 from mleforge.reference import leaderboard as lb
-from mleforge.reference.features import ColumnRoles, build_preprocessor, date_parts, infer_roles
+from mleforge.reference.features import (
+    ColumnRoles,
+    TopTermsCounts,
+    build_preprocessor,
+    date_parts,
+    infer_roles,
+)
+from mleforge.reference.numerics import can_pin
 from mleforge.reference.solutions import ReferenceSolution, pick_solution, solution_grid
 from mleforge.tasks.preparation import prepare
 from mleforge.tasks.registry import BUILTIN_DIR, TaskRegistry
@@ -145,6 +152,35 @@ def test_preprocessor_handles_unknown_categories_and_missing_values():
     assert out.shape[0] == len(frame)
 
 
+def test_top_terms_break_count_ties_alphabetically():
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    texts = ["bb aa", "aa cc", "cc dd"]  # counts: aa 2, bb 1, cc 2, dd 1
+
+    def kept(n):
+        return TopTermsCounts(ngram_range=(1, 1), min_df=1, max_terms=n).fit(texts).get_feature_names_out().tolist()
+    assert kept(1) == ["aa"]  # aa and cc tie at 2: the first in vocabulary order
+    assert kept(3) == ["aa", "bb", "cc"]  # bb and dd tie at 1
+    assert kept(2) == ["aa", "cc"] and kept(None) == ["aa", "bb", "cc", "dd"]
+    counts = TopTermsCounts(ngram_range=(1, 1), min_df=1, max_terms=2).fit(texts).transform(["cc cc aa", "dd"])
+    assert counts.toarray().tolist() == [[1, 2], [0, 0]]
+    # Without a tie at the cut it keeps what CountVectorizer(max_features=...) keeps.
+    assert kept(2) == CountVectorizer(max_features=2).fit(texts).get_feature_names_out().tolist()
+
+
+def test_top_terms_then_tfidf_is_tfidf_vectorizer_to_the_bit():
+    # Float64 counts, as TfidfVectorizer counts: int64 counts would differ in the last bit
+    # after fit_transform, and that flipped a nearest-neighbour tie on titanic.
+    from sklearn.feature_extraction.text import TfidfTransformer, TfidfVectorizer
+    from sklearn.pipeline import make_pipeline
+
+    docs = ["the cat sat", "the dog sat down", "a cat and a dog", "the end of the cat", "dog dog dog"]
+    ours = make_pipeline(TopTermsCounts(min_df=1), TfidfTransformer(sublinear_tf=True))
+    theirs = TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True)
+    assert (ours.fit_transform(docs) != theirs.fit_transform(docs)).nnz == 0
+    assert (ours.transform(["the dog sat", "cat"]) != theirs.transform(["the dog sat", "cat"])).nnz == 0
+
+
 def test_date_parts():
     parts = date_parts(pd.DataFrame({"d": ["2024-03-01", None]}))
     assert parts[0].tolist() == [2024.0, 3.0, 4.0, 61.0]  # a Friday, day 61 of a leap year
@@ -169,27 +205,90 @@ def test_compare_boards_exact_and_tolerant():
         "entry d is new in the rebuild",
         "entry b: committed 0.80000, rebuilt 0.80100",
     ]
-    assert lb.compare_boards(old, new, exact=False) == exact[:2]
+    assert lb.compare_boards(old, new, exact=False, tolerance=lambda s: 0.001) == exact[:2]
+    assert lb.compare_boards(old, new, exact=False, tolerance=lambda s: 0.0009)[2] == (
+        "entry b: committed 0.80000, rebuilt 0.80100 (off by 0.00100, over the tolerance 0.00090)")
+
+
+def test_score_tolerance_in_test_rows_or_relative(tmp_path):
+    from tests.tasks.helpers import write_task
+
+    def task(metric, _count=[0]):  # noqa: B006  (a fresh folder per call)
+        _count[0] += 1
+        folder = write_task(tmp_path / str(_count[0]), metric_lines=f"metric: {metric}")
+        return TaskRegistry([folder], include_builtin=False, data_dir=tmp_path / "d", mlebench=False).get("tiny")
+
+    # Accuracy-like: 2 rows of 262 = 0.00763, whatever the score.
+    assert lb.score_tolerance(task("accuracy"), test_rows=262)(0.5) == pytest.approx(2 / 262)
+    assert lb.score_tolerance(task("map@3"), test_rows=262)(0.9) == pytest.approx(2 / 262)
+    # Others: 1e-3 of the score (0.85 -> 0.00085), never under one unit of the 5th decimal.
+    auc = lb.score_tolerance(task("roc_auc"))
+    assert auc(0.85) == pytest.approx(0.00085) and auc(0.001) == 1e-5
+    assert lb.score_tolerance(task("accuracy"), test_rows=10**6)(0.5) == 1e-5
+
+
+def test_pinned_environment_reaches_the_child():
+    """OpenBLAS on its Haswell kernels, numpy without its AVX-512 ones, one thread."""
+    import json
+    import subprocess
+    import sys
+
+    from mleforge.reference import numerics
+
+    if not numerics.can_pin():
+        pytest.skip("this CPU has no AVX2/FMA: builds run unpinned and compare within a tolerance")
+    env = numerics.pinned_environment()
+    dispatch, _ = numerics._numpy_cpu()
+    above_v3 = [t for t in dispatch if t.startswith("AVX512") or t == "X86_V4"]
+    assert env["OPENBLAS_CORETYPE"] == "Haswell" and env["OMP_NUM_THREADS"] == "1"
+    assert env["NPY_DISABLE_CPU_FEATURES"].split() == above_v3
+    out = subprocess.run([sys.executable, "-c", "import json; from mleforge.reference.numerics import numerics; "
+                          "print(json.dumps(numerics()))"], env=env, capture_output=True, text=True, check=True)
+    child = json.loads(out.stdout)
+    assert child["pin"] == "x86-64-v3"
+    assert child["blas"] and all(b.endswith(" Haswell") for b in child["blas"])
+    assert not set(child["numpy_simd"]) & set(above_v3)
+    assert numerics.numerics()["pin"] is None  # this process was not started pinned
 
 
 def test_write_and_check_leaderboard(tmp_path, data_dir, monkeypatch):
-    # A copy of a built-in task, so the package's own files stay untouched.
+    # A copy of a built-in task, so the package's own files stay untouched. A monkeypatched
+    # grid reaches only a build in this process (pinned=False).
     folder = tmp_path / "tasks" / "penguins"
     shutil.copytree(BUILTIN_DIR / "penguins", folder, ignore=shutil.ignore_patterns("leaderboard*"))
     task = TaskRegistry([folder], include_builtin=False, data_dir=data_dir, mlebench=False).get("penguins")
-    assert lb.check_leaderboard(task)[0].startswith("no committed leaderboard")
+    assert lb.check_leaderboard(task, pinned=False)[0] == (
+        f"no committed leaderboard at {folder / 'leaderboard.csv'}; build it with: "
+        f"mleforge tasks leaderboard penguins --tasks-dir {folder}")
     small = [ReferenceSolution("constant-prior", "constant", {"strategy": "prior"}),
              ReferenceSolution("tree-d2", "tree", {"max_depth": 2})]
     monkeypatch.setattr(lb, "solution_grid", lambda task: small)
     seen = []
-    board = lb.build_leaderboard(task, progress=lambda done, total, name: seen.append((done, total, name)))
+    board = lb.build_leaderboard(task, progress=lambda done, total, name: seen.append((done, total, name)),
+                                 pinned=False)
     assert seen == [(1, 2, "constant-prior"), (2, 2, "tree-d2")]
     assert board["entry"].tolist() == ["tree-d2", "constant-prior"]
     lb.write_leaderboard(task, board)
-    assert lb.check_leaderboard(task) == []
+    meta = lb.read_meta(task)
+    assert meta["command"] == f"mleforge tasks leaderboard penguins --tasks-dir {folder}"
+    assert meta["numerics"] == board.attrs["numerics"] and set(meta["numerics"]) == {"pin", "blas", "numpy_simd"}
+    assert {"machine", "model", "features"} <= set(meta["cpu"])
+    assert lb.check_leaderboard(task, pinned=False) == []
     lines = task.spec.leaderboard_path.read_text().splitlines()
     task.spec.leaderboard_path.write_text("\n".join([lines[0], lines[1].replace("0.", "0.0"), lines[2]]) + "\n")
-    assert lb.check_leaderboard(task)[0].startswith("entry tree-d2: committed")
+    assert lb.check_leaderboard(task, pinned=False)[0].startswith("entry tree-d2: committed")
+
+
+def test_a_folder_task_builds_in_the_pinned_child(tmp_path, data_dir):
+    """The child finds the folder task again (--tasks-dir) and answers with the full grid."""
+    folder = tmp_path / "tasks" / "penguins"
+    shutil.copytree(BUILTIN_DIR / "penguins", folder)
+    task = TaskRegistry([folder], include_builtin=False, data_dir=data_dir, mlebench=False).get("penguins")
+    seen = []
+    board = lb.build_leaderboard(task, progress=lambda done, total, name: seen.append(done))
+    assert seen == list(range(1, len(board) + 1)) and len(board) == len(solution_grid(task))
+    assert board.attrs["numerics"]["pin"] == ("x86-64-v3" if can_pin() else None)
+    assert lb.compare_boards(task.leaderboard(), board, exact=False, tolerance=lb.score_tolerance(task)) == []
 
 
 def test_invalid_entry_raises_with_its_name(tmp_path, data_dir, monkeypatch):
@@ -203,4 +302,4 @@ def test_invalid_entry_raises_with_its_name(tmp_path, data_dir, monkeypatch):
 
     monkeypatch.setattr(lb, "solution_grid", lambda task: [Broken("broken-tree", "tree", {"max_depth": 2})])
     with pytest.raises(InvalidSubmission, match="reference solution broken-tree of penguins"):
-        lb.build_leaderboard(task)
+        lb.build_leaderboard(task, pinned=False)

@@ -10,6 +10,10 @@ With N teams on the leaderboard (sorted best first), the score at position p
 
 The median threshold is the median of all scores. A medal is earned by a score
 at least as good as its threshold (the best medal only); above_median is strict.
+A nan score earns nothing (every comparison with nan is false, as in MLE-bench).
+
+MLE-bench reads the positions off its leaderboard file as it stands (`presorted`);
+our own leaderboards are sorted best first here, whatever their order.
 """
 
 from __future__ import annotations
@@ -67,9 +71,9 @@ def sort_best_first(scores: Sequence[float], is_lower_better: bool) -> np.ndarra
     return values[order]
 
 
-def thresholds(scores: Sequence[float], is_lower_better: bool) -> Thresholds:
-    """Thresholds for a leaderboard's scores (any order; sorted best first here)."""
-    ranked = sort_best_first(scores, is_lower_better)
+def thresholds(scores: Sequence[float], is_lower_better: bool, presorted: bool = False) -> Thresholds:
+    """Thresholds for a leaderboard's scores (sorted best first here unless `presorted`)."""
+    ranked = np.asarray(scores, dtype=float) if presorted else sort_best_first(scores, is_lower_better)
     gold, silver, bronze = medal_positions(len(ranked))
     return Thresholds(
         gold=float(ranked[gold - 1]),
@@ -79,9 +83,11 @@ def thresholds(scores: Sequence[float], is_lower_better: bool) -> Thresholds:
     )
 
 
-def rank_score(score: float | None, scores: Sequence[float], is_lower_better: bool) -> RankInfo:
+def rank_score(
+    score: float | None, scores: Sequence[float], is_lower_better: bool, presorted: bool = False
+) -> RankInfo:
     """Medals and above-median for `score` against a leaderboard; None (invalid) earns nothing."""
-    t = thresholds(scores, is_lower_better)
+    t = thresholds(scores, is_lower_better, presorted)
 
     if score is None:
         return RankInfo(False, False, False, False, t.gold, t.silver, t.bronze, t.median)

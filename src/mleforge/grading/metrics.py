@@ -1,13 +1,25 @@
-"""Metric functions with their direction.
+"""Named metrics, computed as MLE-bench's competition graders compute them.
 
-Each metric takes the aligned answers and predictions (already validated by
-`mleforge.grading.submission`) as numpy arrays:
+Each metric calls what the graders of MLE-bench's competitions call (scikit-learn's
+`accuracy_score`, `f1_score(average="macro")`, `roc_auc_score`, `log_loss`,
+`cohen_kappa_score(weights="quadratic")`, `root_mean_squared_error`,
+`mean_absolute_error`, `root_mean_squared_log_error`, and MLE-bench's own
+`mean_average_precision_at_k`), so a score matches theirs to the last bit, and it
+returns that function's own value, whose type decides how it rounds
+(`mleforge.grading.grader.mlebench_round`).
 
-    labels  (accuracy, macro_f1, qwk):  y_true (n,), y_pred (n,)
-    probability (roc_auc, binary log_loss): y_true (n,) in {0,1}, y_pred (n,) in [0,1]
-    class_probabilities (multiclass log_loss): y_true (n, K) one-hot, y_pred (n, K) in [0,1]
-    number (rmse, mae, rmsle): y_true (n,), y_pred (n,)
-    ranking (map@k): y_true (n,) labels, y_pred list of n label lists
+The inputs are the aligned answers and predictions, already validated by
+`mleforge.grading.submission`:
+
+    label (accuracy, macro_f1, qwk):     y_true (n,), y_pred (n,)
+    probability (roc_auc, log_loss):     y_true (n,) in {0,1}, y_pred (n,) in [0,1], or
+                                         y_true (n, K) 0/1 columns, y_pred (n, K) in [0,1]
+    number (rmse, mae, rmsle):           y_true (n,), y_pred (n,)
+    ranking (map@k):                     y_true n sets of labels, y_pred n lists of labels
+
+Two column layouts of `probability`: multiclass log loss (one-hot answers, each row of
+the submission a distribution, checked to sum to 1 as MLE-bench's graders check) and
+column-wise ROC AUC (the mean of one AUC per column, as jigsaw's grader computes it).
 """
 
 from __future__ import annotations
@@ -19,16 +31,17 @@ from typing import Any
 
 import numpy as np
 
-# Kaggle and scikit-learn clip probabilities to keep log loss finite.
-LOG_LOSS_EPS = 1e-15
+# MLE-bench's multiclass log-loss graders (leaf, spooky, dog-breed) refuse a row unless
+# `np.isclose(row_sum, 1, atol=1e-6)`: with numpy's default rtol=1e-5 that is |sum - 1| <= 1.1e-5.
+ROW_SUM_ATOL = 1e-6
 
 
 @dataclass(frozen=True)
 class Metric:
     name: str
     direction: str  # "higher" or "lower" is better
-    kind: str  # label | probability | class_probabilities | number | ranking
-    fn: Callable[[Any, Any], float]
+    kind: str  # label | probability | number | ranking
+    fn: Callable[[Any, Any], Any]
     best: float  # the value a perfect submission scores
     k: int | None = None  # for map@k
 
@@ -36,110 +49,104 @@ class Metric:
     def is_lower_better(self) -> bool:
         return self.direction == "lower"
 
-    def __call__(self, y_true: Any, y_pred: Any) -> float:
-        return float(self.fn(y_true, y_pred))
+    def __call__(self, y_true: Any, y_pred: Any) -> Any:
+        """The metric's value as the underlying function returns it (a float or np.float64)."""
+        return self.fn(y_true, y_pred)
 
 
 def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    return float(np.mean(np.asarray(y_true) == np.asarray(y_pred)))
+    from sklearn.metrics import accuracy_score
+
+    return accuracy_score(y_true, y_pred)
 
 
 def macro_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    """Unweighted mean of per-class F1 over the classes present in the answers or predictions."""
-    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
-    scores = []
-    for label in np.unique(np.concatenate([y_true, y_pred])):
-        tp = np.sum((y_true == label) & (y_pred == label))
-        fp = np.sum((y_true != label) & (y_pred == label))
-        fn = np.sum((y_true == label) & (y_pred != label))
-        denom = 2 * tp + fp + fn
-        scores.append(0.0 if denom == 0 else 2 * tp / denom)
-    return float(np.mean(scores))
+    """Unweighted mean of per-class F1 over the labels in the answers or the predictions."""
+    from sklearn.metrics import f1_score
+
+    return f1_score(y_true, y_pred, average="macro")
 
 
 def roc_auc(y_true: np.ndarray, y_score: np.ndarray) -> float:
-    """Area under the ROC curve: the probability that a random positive outranks a random
-    negative, ties counting one half (Mann-Whitney U with average ranks)."""
-    from scipy.stats import rankdata
+    """Binary ROC AUC; with (n, K) arrays the mean of the K column AUCs ("macro")."""
+    from sklearn.metrics import roc_auc_score
 
-    y_true = np.asarray(y_true).astype(int)
-    n_pos = int(y_true.sum())
-    n_neg = len(y_true) - n_pos
-    if n_pos == 0 or n_neg == 0:
-        raise ValueError("ROC AUC needs both classes in the answers")
-    ranks = rankdata(np.asarray(y_score, dtype=float))
-    return float((ranks[y_true == 1].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    return roc_auc_score(y_true, y_score, average="macro")
 
 
 def log_loss(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    """Mean negative log-likelihood. Binary: y_pred is P(class 1). Multiclass: each row of
-    y_pred is rescaled to sum to 1 (Kaggle's rule), then clipped to [eps, 1 - eps]."""
-    y_true = np.asarray(y_true, dtype=float)
-    y_pred = np.asarray(y_pred, dtype=float)
-    if y_pred.ndim == 1:
-        p = np.clip(y_pred, LOG_LOSS_EPS, 1 - LOG_LOSS_EPS)
-        return float(-np.mean(y_true * np.log(p) + (1 - y_true) * np.log(1 - p)))
-    sums = y_pred.sum(axis=1, keepdims=True)
-    k = y_pred.shape[1]
-    # A row of all zeros carries no information: treat it as uniform.
-    p = np.where(sums > 0, y_pred / np.where(sums > 0, sums, 1.0), 1.0 / k)
-    p = np.clip(p, LOG_LOSS_EPS, 1 - LOG_LOSS_EPS)
-    return float(-np.mean(np.sum(y_true * np.log(p), axis=1)))
+    """scikit-learn's log loss: probabilities clipped to [eps, 1 - eps] with eps the float64
+    machine epsilon (2.2e-16), rows never rescaled (the submission check refuses rows that
+    do not sum to 1). Binary: y_pred is P(class 1)."""
+    from sklearn.metrics import log_loss as sk_log_loss
+
+    return sk_log_loss(y_true, y_pred)
 
 
 def rmse(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    diff = np.asarray(y_true, dtype=float) - np.asarray(y_pred, dtype=float)
-    return float(np.sqrt(np.mean(diff**2)))
+    from sklearn.metrics import root_mean_squared_error
+
+    return root_mean_squared_error(y_true, y_pred)
 
 
 def mae(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    return float(np.mean(np.abs(np.asarray(y_true, dtype=float) - np.asarray(y_pred, dtype=float))))
+    from sklearn.metrics import mean_absolute_error
+
+    return mean_absolute_error(y_true, y_pred)
 
 
 def rmsle(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     """Root mean squared error of log(1 + x); predictions must be >= 0 (validated before)."""
-    return rmse(np.log1p(np.asarray(y_true, dtype=float)), np.log1p(np.asarray(y_pred, dtype=float)))
+    from sklearn.metrics import root_mean_squared_log_error
+
+    return root_mean_squared_log_error(y_true, y_pred)
 
 
 def quadratic_weighted_kappa(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    """Cohen's kappa with quadratic weights over the integer labels seen in either array.
+    """Cohen's kappa with quadratic weights, as `cohen_kappa_score(y_pred, y_true,
+    weights="quadratic")` (APTOS, essay scoring): the weight of a cell is the squared
+    distance between the POSITIONS of its two labels among the sorted labels present, not
+    between the label values. nan when only one label occurs at all."""
+    from sklearn.metrics import cohen_kappa_score
 
-    kappa = 1 - sum(W * O) / sum(W * E), W[i, j] = (i - j)^2 / (K - 1)^2, O the observed
-    confusion matrix, E the outer product of the marginals scaled to the same total.
+    return cohen_kappa_score(y_pred, y_true, weights="quadratic")
+
+
+def average_precision_at_k(actual: set, predicted: Sequence[Any], k: int) -> float:
+    """MLE-bench's AP@k: the predictions are cut to the first k; a correct label counts at
+    its first rank only, but a repeated label still takes a rank.
+
+        AP@k = sum over ranks i <= k holding a new correct label of (hits so far / i),
+               divided by min(|actual|, k)   (0 when `actual` is empty)
     """
-    y_true = np.asarray(y_true).astype(int)
-    y_pred = np.asarray(y_pred).astype(int)
-    lo = min(y_true.min(), y_pred.min())
-    hi = max(y_true.max(), y_pred.max())
-    k = hi - lo + 1
-    if k == 1:
-        return 1.0
-    observed = np.zeros((k, k))
-    np.add.at(observed, (y_true - lo, y_pred - lo), 1)
-    expected = np.outer(observed.sum(axis=1), observed.sum(axis=0)) / observed.sum()
-    idx = np.arange(k)
-    weights = (idx[:, None] - idx[None, :]) ** 2 / (k - 1) ** 2
-    denom = np.sum(weights * expected)
-    if denom == 0:
-        return 1.0 if np.sum(weights * observed) == 0 else 0.0
-    return float(1 - np.sum(weights * observed) / denom)
+    predicted = list(predicted)[:k]
+    score, hits = 0.0, 0.0
+    for i, p in enumerate(predicted):
+        if p in actual and p not in predicted[:i]:
+            hits += 1.0
+            score += hits / (i + 1.0)
+    if not actual:
+        return 0.0
+    return score / min(len(actual), k)
 
 
-def mean_average_precision_at_k(
-    y_true: Sequence[Any], y_pred: Sequence[Sequence[Any]], k: int
-) -> float:
-    """MAP@k with one relevant label per row: 1/rank of the first correct label within the
-    first k predictions (duplicates after the first occurrence ignored), else 0."""
-    total = 0.0
-    for truth, preds in zip(y_true, y_pred):
-        seen: list[Any] = []
-        for p in preds:
-            if p not in seen:
-                seen.append(p)
-        seen = seen[:k]
-        if truth in seen:
-            total += 1.0 / (seen.index(truth) + 1)
-    return total / len(y_true)
+def mean_average_precision_at_k(actual: Sequence[set], predicted: Sequence[Sequence[Any]], k: int) -> np.float64:
+    """The mean of `average_precision_at_k` over rows (a numpy float, as MLE-bench returns it)."""
+    return np.mean([average_precision_at_k(a, p, k) for a, p in zip(actual, predicted)])
+
+
+def undefined_reason(metric: Metric, y_true: Any, y_pred: Any) -> str:
+    """Why `metric` came out nan on these inputs (MLE-bench reports such a score as nan)."""
+    if metric.name == "qwk":
+        labels = np.unique(np.concatenate([np.asarray(y_true), np.asarray(y_pred)]))
+        shown = [f"{v:g}" if isinstance(v, (float, np.floating)) else str(v) for v in labels[:3]]
+        return (f"quadratic weighted kappa is undefined when the answers and the predictions hold "
+                f"a single label between them (here {', '.join(shown)}); "
+                "MLE-bench would report a nan score")
+    if metric.name == "roc_auc":
+        return ("ROC AUC is undefined when a column of the answers holds one class only; "
+                "MLE-bench would report a nan score")
+    return f"{metric.name} is undefined (nan) for these answers and predictions"
 
 
 _STATIC: dict[str, Metric] = {

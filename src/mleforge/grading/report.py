@@ -50,7 +50,7 @@ class GradeReport:
             elif isinstance(value, (bool, np.bool_)):
                 value = bool(value)
             elif isinstance(value, (float, np.floating)):
-                value = float(value)
+                value = float(value) + 0.0  # no -0.0 in a report
             out[f.name] = value
         return out
 

@@ -13,9 +13,13 @@ import numpy as np
 import pandas as pd
 
 from mleforge.errors import InvalidSubmission
-from mleforge.grading.metrics import Metric
+from mleforge.grading.metrics import ROW_SUM_ATOL, Metric
 
 MAX_SUBMISSION_BYTES = 1 << 30  # 1 GiB: far beyond any real submission, short of a disk filler
+# MLE-bench reads CSVs with float_precision="round_trip"; from pandas 3.1 every mode uses that
+# converter and the option is deprecated, so it is passed only where it still matters.
+_PANDAS_VERSION = tuple(int(part) for part in pd.__version__.split(".")[:2] if part.isdigit())
+_ROUND_TRIP: dict[str, str] = {} if _PANDAS_VERSION >= (3, 1) else {"float_precision": "round_trip"}
 
 
 def _examples(values: Any, limit: int = 3) -> str:
@@ -39,13 +43,19 @@ def read_submission(path: str | Path) -> pd.DataFrame:
     if size > MAX_SUBMISSION_BYTES:
         raise InvalidSubmission(f"{path.name} is {size} bytes, over the {MAX_SUBMISSION_BYTES}-byte limit")
     try:
-        return pd.read_csv(path, encoding="utf-8")
+        return read_csv_like_mlebench(path)
     except UnicodeDecodeError as exc:
         raise InvalidSubmission(f"{path.name} is not UTF-8 text ({exc.reason} at byte {exc.start}); write a UTF-8 CSV") from None
     except pd.errors.EmptyDataError:
         raise InvalidSubmission(f"{path.name} has no columns; it needs a header row") from None
     except pd.errors.ParserError as exc:
         raise InvalidSubmission(f"{path.name} is not a valid CSV: {str(exc).strip()}") from None
+
+
+def read_csv_like_mlebench(path: str | Path) -> pd.DataFrame:
+    """pandas' CSV reader with MLE-bench's option: `round_trip` parses every float to the double
+    that prints back as the same text (the default parser can be one unit in the last place off)."""
+    return pd.read_csv(path, encoding="utf-8", **_ROUND_TRIP)
 
 
 def _id_key(series: pd.Series) -> pd.Series:
@@ -125,6 +135,20 @@ def _probabilities(column: pd.Series, name: str, ids: pd.Series) -> np.ndarray:
     return array
 
 
+def _rows_sum_to_one(probabilities: pd.DataFrame, ids: pd.Series) -> None:
+    """MLE-bench's multiclass log-loss check: each row must sum to 1 within
+    `np.isclose(..., atol=ROW_SUM_ATOL)`; rows are never rescaled."""
+    sums = probabilities.astype(float).sum(axis=1).to_numpy()
+    off = ~np.isclose(sums, 1, atol=ROW_SUM_ATOL)
+    if off.any():
+        examples = ", ".join(f"id {i} sums to {s:.6g}" for i, s in list(zip(ids[off], sums[off]))[:3])
+        raise InvalidSubmission(
+            f"{int(off.sum())} rows of probabilities do not sum to 1 ({examples}); each row must be a "
+            "probability distribution over the classes (MLE-bench's graders refuse such rows, they "
+            "never rescale them)"
+        )
+
+
 def _labels(pred: pd.Series, truth: pd.Series, name: str, ids: pd.Series, integer: bool) -> tuple[np.ndarray, np.ndarray]:
     _missing_check(pred, name, ids)
     if integer or pd.api.types.is_numeric_dtype(truth):
@@ -150,6 +174,8 @@ def prepare_for_metric(
     if kind == "probability" and len(target_columns) > 1:
         y_pred = np.column_stack([_probabilities(aligned[c], c, ids) for c in target_columns])
         y_true = answers[list(target_columns)].to_numpy(dtype=float)
+        if metric.name == "log_loss":
+            _rows_sum_to_one(aligned[list(target_columns)], ids)
         return y_true, y_pred
     (target,) = target_columns
     truth = answers[target]
@@ -168,5 +194,7 @@ def prepare_for_metric(
         return _labels(pred, truth, target, ids, integer=metric.name == "qwk")
     if kind == "ranking":
         _missing_check(pred, target, ids)
-        return truth.astype(str).str.strip().tolist(), [str(p).split() for p in pred]
+        # As MLE-bench's MAP@k graders split: on single spaces (so "a  b" holds an empty label).
+        actual = [set(t.split(" ")) for t in truth.astype(str)]
+        return actual, [p.split(" ") for p in pred.astype(str)]
     raise ValueError(f"unknown metric kind {kind!r}")

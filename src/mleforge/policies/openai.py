@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import email.utils
 import http.client
+import ipaddress
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ import re
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
@@ -112,11 +114,37 @@ class OpenAIConfig:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+def is_local_endpoint(base_url: str) -> bool:
+    """Whether `base_url` names a server of this machine or its network, which usually needs
+    no key: localhost, a loopback, private or link-local address, or a host name without a
+    dot (a container or cluster service such as `http://vllm:8000/v1`)."""
+    host = (urllib.parse.urlsplit(base_url).hostname or "").rstrip(".").lower()
+    if not host:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return "." not in host
+    return address.is_loopback or address.is_private or address.is_link_local
+
+
 class OpenAIPolicy:
-    """Chat completions from an OpenAI-compatible server; see `OpenAIConfig`."""
+    """Chat completions from an OpenAI-compatible server; see `OpenAIConfig`.
+
+    A remote endpoint (`is_local_endpoint` false) with no key in `$api_key_env` is refused at
+    once, with what to set, instead of failing on its first request after retries."""
 
     def __init__(self, config: OpenAIConfig):
         base_url = config.base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+        if not os.environ.get(config.api_key_env) and not is_local_endpoint(base_url):
+            raise PolicyError(
+                f"no API key for {base_url}: ${config.api_key_env} is not set. Export it "
+                f"(export {config.api_key_env}=...), name another variable with api_key_env, or "
+                f"serve the model locally (e.g. vLLM at http://localhost:8000/v1, which needs no "
+                f"key); if this server takes no key, set {config.api_key_env} to any value"
+            )
         self.config = replace(config, base_url=base_url.rstrip("/"))
         self.url = f"{self.config.base_url}/chat/completions"
         self._meter = UsageMeter()

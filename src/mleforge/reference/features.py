@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
+from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.compose import ColumnTransformer
-from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.feature_extraction.text import CountVectorizer, TfidfTransformer
 from sklearn.impute import SimpleImputer
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import FunctionTransformer, MinMaxScaler, OneHotEncoder, StandardScaler
@@ -115,6 +116,43 @@ def _fill_text(values: pd.Series) -> list[str]:
     return ["" if pd.isna(v) else str(v) for v in values]
 
 
+class TopTermsCounts(TransformerMixin, BaseEstimator):
+    """Word n-gram counts over the `max_terms` most frequent terms (total count over the
+    training texts), kept in vocabulary order: `CountVectorizer(max_features=...)` with one
+    difference, the choice among terms whose counts tie at the cut. scikit-learn picks them
+    with numpy's default (unstable) argsort, whose SIMD kernels differ between CPUs (AVX2,
+    AVX-512, none), so the same data kept different terms on different machines; here a
+    stable sort keeps the alphabetically first, on every machine.
+    """
+
+    def __init__(self, ngram_range: tuple[int, int] = (1, 2), min_df: int = 2, max_terms: int | None = None):
+        self.ngram_range = ngram_range
+        self.min_df = min_df
+        self.max_terms = max_terms
+
+    def fit(self, texts, y=None) -> TopTermsCounts:
+        self.fit_transform(texts)
+        return self
+
+    def fit_transform(self, texts, y=None):
+        counter = CountVectorizer(ngram_range=self.ngram_range, min_df=self.min_df, dtype=np.float64)
+        counts = counter.fit_transform(texts)
+        if self.max_terms is not None and counts.shape[1] > self.max_terms:
+            totals = np.asarray(counts.sum(axis=0)).ravel()
+            keep = np.sort(np.argsort(-totals, kind="stable")[: self.max_terms])
+            terms = counter.get_feature_names_out()[keep]
+            counter.vocabulary_ = {str(term): i for i, term in enumerate(terms)}
+            counts = counts[:, keep]
+        self.counter_ = counter
+        return counts
+
+    def transform(self, texts):
+        return self.counter_.transform(texts)
+
+    def get_feature_names_out(self, input_features=None) -> np.ndarray:
+        return self.counter_.get_feature_names_out()
+
+
 def _scaler(scale: str):
     if scale == "standard":
         return StandardScaler()
@@ -167,9 +205,11 @@ def build_preprocessor(
         blocks.append(("categorical", categorical, list(roles.categorical)))
     for column in roles.text:
         # A str column name (not a list) hands the vectorizer the 1-D column it expects.
+        # TfidfVectorizer is exactly counts then TfidfTransformer; the counts keep ties stable.
         tfidf = make_pipeline(
             FunctionTransformer(_fill_text),
-            TfidfVectorizer(ngram_range=(1, 2), max_features=text_max_features, sublinear_tf=True, min_df=2),
+            TopTermsCounts(ngram_range=(1, 2), min_df=2, max_terms=text_max_features),
+            TfidfTransformer(sublinear_tf=True),
         )
         blocks.append((f"text_{column}", tfidf, column))
     return ColumnTransformer(blocks, remainder="drop", sparse_threshold=0.0 if dense else 0.3)

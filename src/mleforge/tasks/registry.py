@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mleforge.errors import TaskNotFound, TaskSpecError
 from mleforge.paths import data_root
@@ -24,8 +26,27 @@ def _task_folders(root: Path) -> list[Path]:
     return sorted(p.parent for p in root.glob("*/task.yaml"))
 
 
+@dataclass(frozen=True)
+class BrokenTask:
+    """A task folder that could not be loaded: listed with its error, usable by no command.
+
+    `name` is the folder's name (a task's id, usually), `error` what is wrong and where."""
+
+    name: str
+    folder: Path
+    error: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "folder": str(self.folder), "error": self.error}
+
+
 class TaskRegistry:
-    """All tasks visible to this process. Task ids are unique across sources."""
+    """All tasks visible to this process. Task ids are unique across sources.
+
+    One malformed task folder (or one whose id another task already has) does not stop
+    the others: it is kept in `broken` with its error, and asking for it by its id (or
+    its folder's name) raises that error.
+    """
 
     def __init__(
         self,
@@ -36,6 +57,9 @@ class TaskRegistry:
     ):
         self.data_dir = Path(data_dir).resolve() if data_dir else data_root()
         self._tasks: dict[str, Task] = {}
+        self._duplicates: dict[str, TaskSpecError] = {}  # ids defined twice: usable by neither
+        self._broken_names: dict[str, TaskSpecError] = {}  # folder names of unloadable folders
+        self.broken: list[BrokenTask] = []
         if include_builtin:
             self._add_folders(BUILTIN_DIR, "builtin")
         extra = [*task_dirs, *filter(None, os.environ.get(TASKS_ENV, "").split(os.pathsep))]
@@ -48,16 +72,26 @@ class TaskRegistry:
 
     def _add_folders(self, root: Path, kind: str) -> None:
         for folder in _task_folders(root):
-            spec = load_task_spec(folder)
-            if spec.id in self._tasks:
-                raise TaskSpecError(
-                    folder / "task.yaml", "id",
-                    f"{spec.id!r} is already defined by {self._tasks[spec.id].spec.folder}; ids must be unique",
-                )
+            try:
+                spec = load_task_spec(folder)
+                if spec.id in self._tasks:
+                    raise TaskSpecError(
+                        folder / "task.yaml", "id",
+                        f"{spec.id!r} is already defined by {self._tasks[spec.id].spec.folder}; ids must be unique",
+                    )
+            except TaskSpecError as exc:
+                if kind == "builtin":  # a broken built-in task is a bug of the package itself
+                    raise
+                self.broken.append(BrokenTask(folder.name, folder, str(exc)))
+                if exc.key == "id" and "already defined" in exc.problem:
+                    self._duplicates[spec.id] = exc
+                else:
+                    self._broken_names.setdefault(folder.name, exc)
+                continue
             self._tasks[spec.id] = local_task(spec, kind, self.data_dir)
 
     def ids(self, include_mlebench: bool = False) -> list[str]:
-        ids = list(self._tasks)
+        ids = [i for i in self._tasks if i not in self._duplicates]
         if include_mlebench and self.mlebench is not None:
             ids += self.mlebench.ids()
         return ids
@@ -70,12 +104,18 @@ class TaskRegistry:
                     "or set MLEBENCH_COMPETITIONS_DIR and MLEBENCH_DATA_DIR"
                 )
             return self.mlebench.get(task_id)
+        if task_id in self._duplicates:
+            raise self._duplicates[task_id]
         try:
             return self._tasks[task_id]
         except KeyError:
+            if task_id in self._broken_names:
+                raise self._broken_names[task_id] from None
+            broken = f"; {len(self.broken)} task folder(s) could not be loaded: " + "; ".join(
+                b.error for b in self.broken[:3]) if self.broken else ""
             raise TaskNotFound(
                 f"no task {task_id!r}; known tasks: {', '.join(self._tasks)} "
-                "(see `mleforge tasks list`; MLE-bench ids start with mlebench:)"
+                f"(see `mleforge tasks list`; MLE-bench ids start with mlebench:){broken}"
             ) from None
 
     def tasks(self, include_mlebench: bool = False) -> list[Task]:

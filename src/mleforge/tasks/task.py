@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -54,7 +55,8 @@ class Task:
         """The leaderboard (a `score` column, best first)."""
         path = self.leaderboard_path
         if not path.is_file():
-            hint = f"build it with: mleforge tasks leaderboard {self.id}" if self.kind != "mlebench" else ""
+            hint = (f"build it with: mleforge tasks leaderboard {self.id}{cli_task_args(self, data_dir=True)}"
+                    if self.kind != "mlebench" else "")
             raise DataNotPrepared(f"task {self.id} has no leaderboard at {path}. {hint}".strip())
         board = pd.read_csv(path)
         if "score" not in board.columns or board["score"].isna().any() or len(board) == 0:
@@ -66,10 +68,28 @@ class Task:
         """The task's own grade function, or None when it uses a named metric."""
         if self.spec.grade_fn is None:
             return None
+        if self.kind == "mlebench":
+            from mleforge.tasks.mlebench import load_grade_fn
+
+            return load_grade_fn(self.spec)
         return load_callable(self.spec.grade_fn, self.spec.folder, self.spec.folder / "task.yaml", "grade_fn")
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.spec.to_dict(), "kind": self.kind, "data_dir": str(self.data_dir)}
+
+
+def cli_task_args(task: Task, data_dir: bool = False) -> str:
+    """The options a command needs to find this task again, for hints that name a command:
+    ` --tasks-dir <folder>` for a task from a folder, and with `data_dir` ` --data-dir <root>`
+    when its data lives under another root than the default one."""
+    from mleforge.paths import data_root
+
+    args = ""
+    if task.kind == "folder":
+        args += f" --tasks-dir {shlex.quote(str(task.spec.folder))}"
+    if data_dir and task.kind != "mlebench" and task.data_dir.parent != data_root():
+        args += f" --data-dir {shlex.quote(str(task.data_dir.parent))}"
+    return args
 
 
 def local_task(spec: TaskSpec, kind: str, root: Path) -> Task:
