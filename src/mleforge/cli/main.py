@@ -571,6 +571,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--labels", help="comma-separated names of the runs in the report (default: their policies)")
     p.add_argument("--title", help="report title")
     p.set_defaults(func=cmd_report)
+    from mleforge.cli import (  # training commands: their own modules (register(subparsers))
+        sft,
+        train,
+    )
+    for module in (sft, train):
+        module.register(sub)
     return parser
 
 

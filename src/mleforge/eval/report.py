@@ -25,7 +25,7 @@ from typing import Any
 
 from mleforge.errors import ConfigError
 
-SECTION_MODULES = {"eval": "mleforge.eval.sections"}
+SECTION_MODULES = {"eval": "mleforge.eval.sections", "train": "mleforge.train.report", "sft": "mleforge.train.report"}
 
 
 # --- blocks and sections --------------------------------------------------------------------------

@@ -1,0 +1,21 @@
+"""Training (ML-Agent's SFT warm start and step-wise GRPO on AceGRPO's evolving curriculum).
+
+    config        SFTConfig, TrainConfig, ModelConfig; presets (cpu, gpu-1x)
+    model         load a model for training: bundled:NAME, hf:PATH (LoRA by default, or full)
+    samples       SFT samples (JSONL, TRL's conversational prompt-completion format)
+    sft           `mleforge sft`: TRL's SFTTrainer, loss on the completion only
+    journals      expert journals: from collected runs, or made by the template expert
+    prompts       the state -> chat messages renderer the trainer uses (a PromptConfig)
+    generation    the seam between the trainer and whatever generates its rollouts
+    rewards       the executing reward: parse, run the group in the sandbox, grade, reward
+    metrics       one step's figures (pure functions)
+    records       what a run writes: rollouts, metrics lines, checkpoint state
+    trainer       the narrow GRPOTrainer subclass: prompts from the buffer, seeded steps
+    feedback      the callback feeding each step back to the buffer, once, on the main process
+    checkpoints   the run directory's checkpoints: which is complete, what resuming undoes
+    grpo          `mleforge train`: the whole run (set-up, warm start, train, report)
+    report        the report sections of train and sft runs
+
+torch, transformers, TRL and peft are imported where a model is loaded or trained, never
+here: `pip install 'mleforge[train]'`. Import from the submodules.
+"""
