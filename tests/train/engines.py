@@ -58,3 +58,13 @@ def sampled(config, tokenizer):
 
 register_engine("scripted-test", scripted, replace=True)
 register_engine("sampled-test", sampled, replace=True)
+
+
+def short_prompt(state, task):
+    """A renderer (mleforge.train.prompts.Renderer) of a few dozen tokens that still tells
+    states apart: for tests whose subject is not the prompt (the real one is ~5,000 tokens
+    of the tiny tokenizer, and the tiny model's attention over it dominates a step)."""
+    target = state.target
+    code = "" if target is None else target.code[-160:]
+    return [{"role": "system", "content": "You write code."},
+            {"role": "user", "content": f"{task.id} {state.stage} after {len(state.journal)} attempts\n{code}"}]
