@@ -91,7 +91,7 @@ BASE = ("train", "--tasks", "titanic", "--eval-tasks", "", "--sft", "none", "--s
     (("--sft", "auto"), "--sft auto collects expert samples with `mleforge collect`"),
     (("--sft", "/no/such/sft"), "--sft /no/such/sft: no such folder"),
     (("--eval-tasks", "titanic"), "--eval-tasks titanic are also training tasks"),
-    (("--micro-batch", "3"), "micro_batch: got 3; a step's 2 x 4 = 8 sequences must split"),
+    (("--micro-batch", "3"), "micro_batch: got 3; a step's 1 x 4 = 4 sequences must split"),
     (("--preset", "gpu-1x"), "torch sees no CUDA GPU"),
     (("--journals", "/no/such/journals"), "--journals /no/such/journals: not a folder"),
 ])
@@ -116,3 +116,21 @@ def test_a_missing_train_extra_is_named(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trl" else real(name, *a))
     with pytest.raises(MissingExtra, match=r"needs the `trl` package.*pip install 'mleforge\[train\]'"):
         require_train_extra("mleforge train")
+
+
+def test_the_flags_map_onto_the_config():
+    from mleforge.cli.main import build_parser
+    from mleforge.cli.train import overrides
+
+    args = build_parser().parse_args([
+        "train", "--model", "hf:x", "--lora-rank", "8", "--full", "--sampler", "uniform", "--no-buffer-growth",
+        "--sft", "none", "--steps", "3", "--group-size", "2", "--groups-per-step", "2", "--max-new-tokens", "64",
+        "--lr", "0.001", "--tasks", "titanic", "--eval-tasks", "penguins", "--seed", "7"])
+    given = overrides(args)
+    assert given == {"model": {"spec": "hf:x", "lora_rank": 8, "full": True}, "sampler": "uniform",
+                     "buffer_growth": False, "sft": "none", "steps": 3, "group_size": 2, "groups_per_step": 2,
+                     "max_new_tokens": 64, "lr": 0.001, "tasks": "titanic", "eval_tasks": "penguins", "seed": 7}
+    config = TrainConfig.preset_config("cpu", **given)
+    assert (config.model.full, config.model.lora_rank, config.buffer_growth, config.sampler) == (True, 8, False,
+                                                                                                 "uniform")
+    assert overrides(build_parser().parse_args(["train"])) == {}  # no flag: the preset's defaults

@@ -21,7 +21,7 @@ def test_the_defaults_are_the_cpu_preset_and_every_preset_validates():
     assert TrainConfig.preset_config("cpu") == cpu
     assert (cpu.model.spec, cpu.model.full, cpu.tasks, cpu.group_size, cpu.sampler, cpu.sft) == (
         "bundled:qwen2.5-coder-0.5b", False, "lite", 4, "learnability", "auto")
-    assert cpu.seed_stages == ("debug", "improve") and cpu.sequences_per_step == 8
+    assert cpu.seed_stages == ("debug", "improve") and cpu.sequences_per_step == 4
     for name in PRESETS:
         config = TrainConfig.preset_config(name)
         assert TrainConfig.from_dict(yaml.safe_load(yaml.safe_dump(config.to_dict()))) == config
@@ -35,7 +35,7 @@ def test_the_defaults_are_the_cpu_preset_and_every_preset_validates():
     ({"steps": 0}, "steps: got 0"),
     ({"lr": 0.0}, "lr: got 0.0; expected > 0.0"),
     ({"sampler": "greedy"}, "sampler: got 'greedy'; expected one of uniform, learnability"),
-    ({"micro_batch": 3}, "8 sequences must split into whole micro-batches"),
+    ({"micro_batch": 3}, "4 sequences must split into whole micro-batches"),
     ({"save_steps": 9}, "save_steps (9) > buffer.retain_evicted_steps (4)"),
     ({"save_total_limit": 1}, "save_total_limit: got 1"),
     ({"seed_stages": ("draft", "plan")}, "seed_stages: got 'plan'"),

@@ -28,9 +28,9 @@ def start(run_dir: Path, *args: str, hold: int | None = None) -> subprocess.Pope
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}", "OMP_NUM_THREADS": "1"}
     if hold is not None:
         env[HOLD] = str(hold)
-    log = open(run_dir.parent / f"{run_dir.name}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "tests.train.run_train", str(run_dir), *args], env=env,
-                            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    with open(run_dir.parent / f"{run_dir.name}.log", "w") as log:  # the child keeps its own descriptor
+        return subprocess.Popen([sys.executable, "-m", "tests.train.run_train", str(run_dir), *args], env=env,
+                                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
 def finish(proc: subprocess.Popen, run_dir: Path) -> None:

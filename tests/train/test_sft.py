@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,7 @@ pytest.importorskip("trl")
 
 from mleforge.errors import ConfigError  # noqa: E402
 from mleforge.eval.contamination import check_contamination, read_record  # noqa: E402
+from mleforge.eval.report import write_report  # noqa: E402
 from mleforge.policies import SamplingConfig, make_policy  # noqa: E402
 from mleforge.train.config import ModelConfig, SFTConfig  # noqa: E402
 from mleforge.train.errors import TrainError  # noqa: E402
@@ -49,6 +51,9 @@ def test_lora_sft_lowers_the_completion_loss_and_writes_a_loadable_checkpoint(ti
     assert check_contamination(f"hf:{model_dir}", ["titanic", "diabetes"]).overlap == ("titanic",)
     # the same command again: the run is done, nothing is redone
     assert run_sft(config, progress=False) == result
+    written = write_report([tmp_path / "run"], tmp_path / "report")
+    md = Path(written.markdown).read_text()
+    assert "## Supervised fine-tuning" in md and "sft_loss.png" in md
     with pytest.raises(TrainError, match="holds another SFT run"):
         run_sft(SFTConfig(**{**config.__dict__, "lr": 1e-3}), progress=False)
 

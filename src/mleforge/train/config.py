@@ -2,11 +2,16 @@
 
 The defaults are the `cpu` preset, the main job (`mleforge train` with no arguments): the
 bundled Qwen2.5-Coder-0.5B with LoRA, on the lite tasks, on a CPU. A GRPO step there costs
-about three forward passes of the model over every sequence of the step (one to generate,
-two to train), so a step holds few sequences: 2 states x 4 rollouts, completions capped at
-192 tokens (an edit block, not a whole script), and the seeds are the debug and improve
-states of expert journals (their answers are such edits), with a compact prompt. `gpu-1x`
-(`PRESETS`) overrides these for one GPU. Values are checked here, without touching the file
+about four forward passes of the model over every token of every sequence of the step (one
+to generate, three to train with gradient checkpointing), and the prompt is most of those
+tokens: the compact profile's ~1,100 (the full improve prompt of titanic is 3,600). From
+the measured CTranslate2 int8 prefill (14 s for 3,600 tokens on 2 cores; float32 torch is
+~3x slower) a float32 step costs about a minute per sequence, so a step holds one state x
+4 rollouts, completions are capped at 160 tokens (an edit block, not a whole script), and
+the seeds are the debug and improve states of expert journals (their answers are such
+edits): 6 steps for the 20-30 minutes of the main job, and an --sft auto warm start of 8
+single-sample steps. These are estimates; `benchmarks/train_step.py` measures a step on
+the real model. `gpu-1x` (`PRESETS`) overrides them for one GPU. Values are checked here, without touching the file
 system; what depends on the machine (extras, the model, the tasks) is checked by
 `mleforge.train.grpo.preflight` before anything heavy starts.
 """
@@ -189,8 +194,9 @@ class TrainConfig:
     micro_batch of them into one optimizer step (TRL generates the step's batch once).
 
     sft: "auto" collects expert samples with the template expert and fine-tunes briefly
-    first (ML-Agent's SFT before RL); "none" starts from `model`; a path starts from that
-    `mleforge sft` checkpoint. journals: a folder of collected runs whose journals seed the
+    first (ML-Agent's SFT before RL: `sft_steps` optimizer steps of sft_batch_size x
+    sft_grad_accum samples); "none" starts from `model`; a path starts from that `mleforge
+    sft` checkpoint. journals: a folder of collected runs whose journals seed the
     buffer (None: made on the fly by the template expert, `expert_steps` per task).
     seed_stages: the journal states kept as seeds (each task's empty draft is always one).
     run_timeout_s caps a rollout's script below the task's own limit (600 s): a step waits
@@ -206,11 +212,11 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     tasks: str = "lite"
     eval_tasks: str = "credit-default,diabetes,telco-churn"
-    steps: int = 8
+    steps: int = 6
     group_size: int = 4
-    groups_per_step: int = 2
+    groups_per_step: int = 1
     micro_batch: int = 2
-    max_new_tokens: int = 192
+    max_new_tokens: int = 160
     temperature: float = 1.0
     top_p: float = 1.0
     lr: float = 1e-5
@@ -222,7 +228,9 @@ class TrainConfig:
     sampler: str = "learnability"
     buffer_growth: bool = True
     sft: str = "auto"
-    sft_steps: int = 40
+    sft_steps: int = 8
+    sft_batch_size: int = 1
+    sft_grad_accum: int = 1
     journals: str | None = None
     expert_steps: int = 6
     seed_stages: tuple[str, ...] = ("debug", "improve")
@@ -278,6 +286,8 @@ class TrainConfig:
         if not isinstance(self.sft, str) or not self.sft.strip():
             raise ConfigError("sft: give auto, none, or the path of an `mleforge sft` checkpoint")
         _integer("sft_steps", self.sft_steps, 1)
+        _integer("sft_batch_size", self.sft_batch_size, 1)
+        _integer("sft_grad_accum", self.sft_grad_accum, 1)
         if self.journals is not None and (not isinstance(self.journals, str) or not self.journals):
             raise ConfigError("journals: give a folder of collected runs (their journal.json files), or null")
         _integer("expert_steps", self.expert_steps, 1)
@@ -367,6 +377,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_new_tokens": 1024,
         "lr": 5e-6,
         "sft_steps": 200,
+        "sft_batch_size": 4,
+        "sft_grad_accum": 4,
         "expert_steps": 12,
         "seed_stages": ("draft", "debug", "improve"),
         "run_timeout_s": 600.0,

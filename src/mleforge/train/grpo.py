@@ -34,6 +34,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,8 +154,10 @@ def _record(plan: Plan, status: str, **extra: Any) -> dict[str, Any]:
 
 
 def train(config: TrainConfig, run_dir: str | Path | None = None, *, registry: Any = None, progress: bool = True,
-          renderer: Any = None) -> TrainResult:
-    """Start a new run in `run_dir` (refused if it holds one: resume it instead)."""
+          renderer: Any = None, callbacks: Sequence[Any] = ()) -> TrainResult:
+    """Start a new run in `run_dir` (refused if it holds one: resume it instead). `renderer`
+    replaces the prompt renderer (mleforge.train.prompts); `callbacks` are TrainerCallbacks
+    added after the run's own (a benchmark's timers)."""
     from mleforge.tasks.registry import TaskRegistry
 
     registry = registry or TaskRegistry()
@@ -165,7 +168,7 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, *, registry: A
     plan = preflight(config, registry)
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write(folder / CONFIG_FILE, yaml.safe_dump(plan.config.to_dict(), sort_keys=False))
-    return _run(plan, folder, registry, progress, renderer)
+    return _run(plan, folder, registry, progress, renderer, callbacks)
 
 
 def load_run_config(run_dir: str | Path) -> TrainConfig:
@@ -175,7 +178,8 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     return TrainConfig.from_dict(yaml.safe_load(path.read_text(encoding="utf-8")))
 
 
-def resume(run_dir: str | Path, *, registry: Any = None, progress: bool = True, renderer: Any = None) -> TrainResult:
+def resume(run_dir: str | Path, *, registry: Any = None, progress: bool = True, renderer: Any = None,
+           callbacks: Sequence[Any] = ()) -> TrainResult:
     """Continue the run in `run_dir` from its last complete checkpoint, with its own config."""
     from mleforge.tasks.registry import TaskRegistry
 
@@ -187,7 +191,7 @@ def resume(run_dir: str | Path, *, registry: Any = None, progress: bool = True, 
         raise TrainError(f"{folder} was configured for another machine (it resolved generation "
                          f"{config.generation}, bf16 {config.bf16}; here {plan.config.generation}, "
                          f"{plan.config.bf16}); resume it where it ran, or start a new run")
-    return _run(plan, folder, registry, progress, renderer)
+    return _run(plan, folder, registry, progress, renderer, callbacks)
 
 
 def _finished(folder: Path) -> TrainResult | None:
@@ -254,7 +258,8 @@ def warm_start(plan: Plan, folder: Path, registry: Any, progress: bool) -> str:
     samples = collect_samples(tasks=[t.id for t in plan.tasks], out=str(folder / "collect"), teacher="template",
                               seed=config.seed, registry=registry, prompt=config.prompt)
     result = run_sft(SFTConfig(samples=str(samples), out=str(folder / SFT_DIR), model=config.model,
-                               max_steps=config.sft_steps, seed=config.seed), progress=progress)
+                               max_steps=config.sft_steps, batch_size=config.sft_batch_size,
+                               grad_accum=config.sft_grad_accum, seed=config.seed), progress=progress)
     return f"hf:{result.model_dir}"
 
 
@@ -280,7 +285,8 @@ def stepwise_evaluation(plan: Plan, folder: Path, spec: str, label: str) -> dict
     return result
 
 
-def _run(plan: Plan, folder: Path, registry: Any, progress: bool, renderer: Any) -> TrainResult:
+def _run(plan: Plan, folder: Path, registry: Any, progress: bool, renderer: Any,
+         callbacks: Sequence[Any] = ()) -> TrainResult:
     done = _finished(folder)
     if done is not None:
         return done
@@ -305,9 +311,11 @@ def _run(plan: Plan, folder: Path, registry: Any, progress: bool, renderer: Any)
             set_up_tasks(buffer, plan.tasks, journals, stages=config.seed_stages)
         spec = warm_start(plan, folder, registry, progress)
         stepwise_evaluation(plan, folder, spec, "before")
-        checkpoint, steps_done = recover(folder, buffer)
+        checkpoint, _ = recover(folder, buffer)
         training = build_trainer(plan, folder, spec, buffer, executor, renderer=renderer, progress=progress)
         trainer = training.trainer
+        for callback in callbacks:
+            trainer.add_callback(callback)
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         finally:

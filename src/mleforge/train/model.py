@@ -63,11 +63,27 @@ def check_model(config: ModelConfig) -> ModelSource:
             if not Path(name).expanduser().is_file():
                 raise TrainError(f"no GGUF file {name}")
             return ModelSource(config.spec, str(Path(name).expanduser().resolve()))
-        return check_model_spec(config.spec)
+        source = check_model_spec(config.spec)
+        hub_id = not Path(source.base).is_absolute()  # folders (bundled ones too) resolve to absolute paths
+        if hub_id and not _in_hub_cache(source.base):
+            raise TrainError(f"--model {config.spec}: {source.base} is neither a folder nor in the local Hugging "
+                             "Face cache; download it first (huggingface-cli download ...) or give a folder")
+        return source
     except TrainError:
         raise
     except MleforgeError as exc:
         raise TrainError(f"--model {config.spec}: {exc}") from None
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except ValueError:  # not a valid repo id
+        return False
 
 
 def base_spec_of(config: ModelConfig) -> str:
