@@ -96,3 +96,32 @@ def test_only_checkpoints_with_their_mark_count(tmp_path):
     assert last_checkpoint(tmp_path) == tmp_path / "checkpoint-2"
     assert discard_after(tmp_path, 1) == [tmp_path / "checkpoint-2", tmp_path / "checkpoint-3"]
     assert last_checkpoint(tmp_path) == tmp_path / "checkpoint-1" and last_checkpoint(tmp_path / "none") is None
+
+
+def test_recover_drops_what_the_resumed_steps_write_again(tmp_path):
+    """A run dir killed after step 2's feedback, with checkpoint-2 complete: the buffer goes back
+    to step 1, later metrics lines (one half-written) and rollouts go."""
+    from mleforge.curriculum.buffer import StateBuffer
+    from mleforge.curriculum.records import TaskReference
+    from mleforge.train.grpo import recover
+    from tests.curriculum.helpers import idea_state, rec
+
+    seed = idea_state("alpha", 0)
+    buffer = StateBuffer(tmp_path)
+    buffer.set_up([TaskReference("alpha", "higher", 1.0, 0.0)], [seed])
+    for step in range(3):
+        buffer.apply_feedback(step, [rec(seed, 0.5)], [])
+    for step in (1, 2, 3):
+        (tmp_path / "checkpoints" / f"checkpoint-{step}").mkdir(parents=True)
+    for step in (1, 2):
+        (tmp_path / "checkpoints" / f"checkpoint-{step}" / MARK).write_text(json.dumps({"global_step": step}))
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in range(3)) + '{"st')
+    (tmp_path / "rollouts").mkdir()
+    for step in range(3):
+        (tmp_path / "rollouts" / f"step-{step}.jsonl").write_text("{}\n")
+    checkpoint, done = recover(tmp_path, buffer)
+    assert (checkpoint, done, buffer.sealed_step) == (tmp_path / "checkpoints" / "checkpoint-2", 2, 1)
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 0}\n{"step": 1}\n'
+    assert sorted(p.name for p in (tmp_path / "rollouts").iterdir()) == ["step-0.jsonl", "step-1.jsonl"]
+    assert not (tmp_path / "checkpoints" / "checkpoint-3").exists() and buffer.counts()["rollouts"] == 2
+    buffer.close()

@@ -35,7 +35,7 @@ import importlib.util
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +124,7 @@ def preflight(config: TrainConfig, registry: Any) -> Plan:
         folder = sft_model_folder(config.sft)
         if not folder.is_dir():
             raise TrainError(f"--sft {config.sft}: no such folder; give an `mleforge sft` run (or its model/)")
-        check_model(config.model.__class__(**{**config.model.to_dict(), "spec": f"hf:{folder}"}))
+        check_model(replace(config.model, spec=f"hf:{folder}"))
     if config.journals is not None:
         from mleforge.train.journals import journal_files
 
@@ -217,13 +217,20 @@ def recover(folder: Path, buffer: Any) -> tuple[Path | None, int]:
     discard_after(folder / CHECKPOINTS_DIR, done)
     metrics = folder / METRICS_FILE
     if metrics.is_file():
-        kept = [line for line in metrics.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line)["step"] < done]
+        kept = [line for line in metrics.read_text(encoding="utf-8").splitlines() if _step_of(line) < done]
         atomic_write(metrics, "".join(line + "\n" for line in kept))
     for path in (folder / ROLLOUTS_DIR).glob("step-*.jsonl"):
         if int(path.stem.split("-")[1]) >= done:
             path.unlink()
     return checkpoint, done
+
+
+def _step_of(line: str) -> float:
+    """A metrics line's step; a line a kill left half-written counts as after every step."""
+    try:
+        return json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError):
+        return float("inf")
 
 
 def _executor(config: TrainConfig, folder: Path) -> Any:
@@ -376,8 +383,7 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: Any, executor: An
     from mleforge.train.trainer import CurriculumGRPOTrainer
 
     config = plan.config
-    model_config = config.model.__class__(**{**config.model.to_dict(), "spec": spec})
-    loaded = load_for_training(model_config)
+    loaded = load_for_training(replace(config.model, spec=spec))
     loaded.tokenizer.padding_side = "left"  # TRL generates from left-padded prompts
     tasks = {t.id: t for t in plan.tasks}
     sampler = make_sampler(SamplerConfig(kind=config.sampler, group_size=config.group_size, seed=config.seed),
