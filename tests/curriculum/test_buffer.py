@@ -341,3 +341,17 @@ def test_set_up_tasks_from_built_in_tasks_and_an_expert_journal(tmp_path, prepar
     twice = State.draft("penguins", direction="higher").state_id
     assert buf.sealed_step == SETUP_STEP
     assert {r["state_id"]: r["offers"] for r in buf.rows()} == {sid: 1 + (sid == twice) for sid in ids}
+
+
+def test_set_up_tasks_keeps_the_journal_states_of_the_chosen_stages(tmp_path, prepared_registry):
+    from mleforge.agent.state import State
+    from mleforge.curriculum.seeds import set_up_tasks
+
+    task = prepared_registry.get("penguins")
+    buf = make(tmp_path)
+    journal = expert_journal("penguins")
+    set_up_tasks(buf, [task], [journal], stages=("debug", "improve"))
+    kept = [s for s in journal_states(journal) if s.stage != "draft"]
+    assert len(kept) == 2
+    assert {r["state_id"] for r in buf.rows()} == {State.draft("penguins", direction="higher").state_id} | {
+        s.state_id for s in kept}

@@ -94,3 +94,14 @@ def test_inconsistent_inputs_are_refused(setup):
         step_feedback(buf, 0, [draft], ["no code here"], [ExecutionSummary(0, False, None, 1, "", "", True)],
                       [compute_reward("valid", score=0.7, reference=0.5, scale=0.1)])
     assert buf.counts()["rollouts"] == 0 and buf.sealed_step == SETUP_STEP
+
+
+def test_no_buffer_growth_counts_rollouts_and_offers_nothing(setup):
+    buf, draft, improve = setup
+    summary = step_feedback(
+        buf, 0, [draft, improve], ["p\n" + CODE, "q\n" + CODE.replace("hello", "x")], [OK, CRASH],
+        [compute_reward("valid", score=0.7, reference=0.5, scale=0.1), compute_reward("execution_error")],
+        offer_states=False,
+    )
+    assert (summary.rollouts, summary.new_states) == (2, 0)
+    assert buf.counts()["live_states"] == 2 and buf.counts()["rollouts"] == 2

@@ -128,6 +128,38 @@ def test_a_lora_adapter_changes_the_answers(tiny, policy, tmp_path):
         HFPolicy(HFConfig(model=str(tiny), adapter=str(tmp_path / "missing")))
 
 
+def test_a_checkpoint_folder_loads_with_its_base(tiny, tmp_path):
+    """`hf:<checkpoint>`: a trainer's adapter folder names its base (marker, or peft's own
+    base_model_name_or_path); a base that is itself a checkpoint is resolved in turn."""
+    pytest.importorskip("peft")
+    import shutil
+
+    from mleforge.policies.checkpoint import resolve_model, write_marker
+
+    prompt = [ask("add two numbers")]
+    adapter = build_lora_adapter(tiny, tmp_path / "adapter")
+    explicit = HFPolicy(HFConfig(model=str(tiny), adapter=str(adapter), num_threads=1))
+    expected = explicit.generate(prompt, sampling=GREEDY)[0][0].text
+    plain = make_policy(f"hf:{adapter}", num_threads=1)  # peft's base_model_name_or_path
+    assert plain.generate(prompt, sampling=GREEDY)[0][0].text == expected
+    # the marker names the base (here a copy elsewhere), and the tokenizer travels with it
+    moved = shutil.copytree(tiny, tmp_path / "moved-base")
+    checkpoint = shutil.copytree(adapter, tmp_path / "checkpoint")
+    write_marker(checkpoint, weights="adapter", base=f"hf:{moved}")
+    assert resolve_model(f"hf:{checkpoint}").base == str(moved)
+    marked = make_policy(f"hf:{checkpoint}", num_threads=1)
+    assert marked.generate(prompt, sampling=GREEDY)[0][0].text == expected
+    # a second adapter on top of the first: both applied, innermost first
+    outer = build_lora_adapter(tiny, tmp_path / "outer")
+    write_marker(outer, weights="adapter", base=f"hf:{checkpoint}")
+    source = resolve_model(f"hf:{outer}")
+    assert source.adapters == (str(checkpoint.resolve()), str(outer.resolve())) and source.base == str(moved)
+    assert make_policy(f"hf:{outer}", num_threads=1).generate(prompt, sampling=GREEDY)[0][0].text != expected
+    (checkpoint / "adapter_config.json").unlink()
+    with pytest.raises(PolicyError, match="neither a model"):
+        make_policy(f"hf:{checkpoint}")
+
+
 def test_a_hub_id_not_in_the_cache_fails_clearly(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
     with pytest.raises(PolicyError, match="not in the local Hugging Face cache; pass download=True"):

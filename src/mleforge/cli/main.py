@@ -12,7 +12,7 @@ from mleforge.errors import MleforgeError
 # The command groups, in the order `mleforge --help` lists them. Each module has
 # `register(subparsers)`, which adds its parsers with `set_defaults(func=handler)`,
 # `handler(args) -> int`; a new group is one more name here.
-COMMANDS = ("tasks", "grade", "exec", "run", "buffer", "eval", "collect")
+COMMANDS = ("tasks", "grade", "exec", "run", "buffer", "eval", "collect", "sft", "train")
 
 
 def build_parser() -> argparse.ArgumentParser:

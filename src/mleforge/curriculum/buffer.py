@@ -4,7 +4,9 @@ Writes happen in steps. Every write names the training step it belongs to;
 `seal(step)` closes a step (priorities recomputed, bounds enforced, a `steps`
 row written), after which nothing may be written to it or to any earlier step.
 `apply_feedback` records a step's rollouts, offers its new states and seals it
-in one transaction: a crash leaves either all of it or none of it.
+in one transaction: a crash leaves either all of it or none of it. `rewind(step)`
+returns the buffer to the end of an earlier sealed step (a trainer resumed from
+that step's checkpoint), undoing the later steps exactly.
 
 Snapshots and determinism. Sampling training step t reads `snapshot(t - 1)`:
 the states and statistics exactly as the end of step t - 1 left them. Every
@@ -78,6 +80,21 @@ class FeedbackSummary:
     new_states: int = 0
     duplicate_offers: int = 0
     evicted: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RewindSummary:
+    """What one `rewind` undid: the rollouts (events) of the later steps, the states they
+    added, and the states they had evicted (live again)."""
+
+    step: int  # sealed through this step now
+    from_step: int  # sealed through this step before
+    events_removed: int = 0
+    states_removed: int = 0
+    states_revived: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -265,6 +282,87 @@ class StateBuffer:
         new = sum(flags)
         return FeedbackSummary(step, True, len(rollouts), new, len(flags) - new, evicted)
 
+    def rewind(self, step: int) -> RewindSummary:
+        """Return the buffer to the end of sealed step `step`, as if no later step had run:
+        a resumed trainer whose checkpoint is of step `step` continues from exactly the
+        buffer that checkpoint saw (no rollout counted twice, none lost).
+
+        In one transaction: later events and duplicate offers are removed, states added
+        later are deleted, rows purged later come back, states evicted later are live
+        again, the cached statistics are re-aggregated and the priorities recomputed as
+        the seal of `step` left them, and the later `steps` rows are dropped. Refused
+        when `step` is not sealed, or further back than `retain_evicted_steps` (what
+        was purged before that is gone for good). Rewinding to the sealed step itself
+        changes nothing.
+        """
+        with self._write() as cur:
+            sealed = get_meta(cur, "sealed_step")
+            if sealed is None or step > sealed or step < SETUP_STEP:
+                raise StateBufferError(
+                    f"cannot rewind to step {step}: the buffer is sealed through {sealed}; rewind to a "
+                    f"sealed step (>= {SETUP_STEP})"
+                )
+            if step == sealed:
+                return RewindSummary(step, sealed)
+            purged = get_meta(cur, "purged_through")
+            if purged is not None and purged > step:
+                raise StateBufferError(
+                    f"cannot rewind to step {step}: the buffer is sealed through {sealed} and rewinds at most "
+                    f"retain_evicted_steps ({self.config.retain_evicted_steps}) steps back (raise it for "
+                    "longer gaps between checkpoints)"
+                )
+            logged_from = get_meta(cur, "offers_logged_from", SETUP_STEP)
+            if step + 1 < logged_from:
+                raise StateBufferError(
+                    f"cannot rewind to step {step}: duplicate offers are logged from step {logged_from} on "
+                    "(the buffer was created by an older mleforge)"
+                )
+            (first_seq,) = cur.execute("SELECT MIN(seq) FROM states WHERE added_step > ?", (step,)).fetchone()
+            removed = cur.execute("DELETE FROM states WHERE added_step > ?", (step,)).rowcount
+            # Rows purged since (evicted at or before `step`) come back from the side table.
+            names = [r[1] for r in cur.execute("PRAGMA table_info(states)")]
+            for (text,) in cur.execute(
+                "SELECT row_json FROM purged_states WHERE purged_step > ? ORDER BY id", (step,)
+            ).fetchall():
+                row = json.loads(text)
+                if row["added_step"] <= step:  # not a re-offered copy added after `step`
+                    cur.execute(f"INSERT INTO states ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                                [row[n] for n in names])
+            cur.execute("DELETE FROM purged_states WHERE purged_step > ?", (step,))
+            touched = [r[0] for r in cur.execute(
+                "SELECT DISTINCT state_id FROM events WHERE step > ? ORDER BY state_id", (step,))]
+            events = cur.execute("DELETE FROM events WHERE step > ?", (step,)).rowcount
+            for sid, count, was_seed in cur.execute(
+                "SELECT state_id, COUNT(*), (SELECT d2.was_seed FROM duplicate_offers d2 WHERE d2.state_id = "
+                "d.state_id AND d2.step > ? ORDER BY d2.id LIMIT 1) FROM duplicate_offers d WHERE step > ? "
+                "GROUP BY state_id", (step, step),
+            ).fetchall():
+                cur.execute("UPDATE states SET offers = offers - ?, is_seed = ? WHERE state_id = ?",
+                            (count, was_seed, sid))
+            cur.execute("DELETE FROM duplicate_offers WHERE step > ?", (step,))
+            revived = cur.execute("UPDATE states SET evicted_step = NULL WHERE evicted_step > ?", (step,)).rowcount
+            cur.execute("DELETE FROM steps WHERE step > ?", (step,))
+            alive = {r[0] for r in cur.execute("SELECT state_id FROM states")}
+            self._reaggregate(cur, [sid for sid in touched if sid in alive])
+            # The seal of `step` recomputed priorities before it evicted: do the same with
+            # the states it evicted counted as live for the moment.
+            evicted_here = [r[0] for r in cur.execute("SELECT state_id FROM states WHERE evicted_step = ?", (step,))]
+            cur.execute("UPDATE states SET evicted_step = NULL WHERE evicted_step = ?", (step,))
+            self._refresh_priorities(cur, None)
+            cur.executemany("UPDATE states SET evicted_step = ? WHERE state_id = ?", [(step, s) for s in evicted_here])
+            if first_seq is not None:
+                put_meta(cur, "next_seq", first_seq)
+            # Ids continue from where `step` left them (an empty table has no counter yet).
+            for table in ("events", "duplicate_offers", "purged_states"):
+                (last,) = cur.execute(f"SELECT MAX(id) FROM {table}").fetchone()
+                if last is None:
+                    cur.execute("DELETE FROM sqlite_sequence WHERE name = ?", (table,))
+                else:
+                    cur.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = ?", (last, table))
+            put_meta(cur, "purged_through", step - self.config.retain_evicted_steps)
+            put_meta(cur, "sealed_step", step)
+        return RewindSummary(step, sealed, events, removed, revived)
+
     # --- write internals (inside a transaction) ---
 
     def _offer(
@@ -281,10 +379,14 @@ class StateBuffer:
         for offer in offers:
             state = offer.state
             sid = state.state_id
-            if cur.execute("SELECT 1 FROM states WHERE state_id = ?", (sid,)).fetchone():
+            held = cur.execute("SELECT is_seed FROM states WHERE state_id = ?", (sid,)).fetchone()
+            if held:
                 # A duplicate changes only its offer count, and makes a live state a seed
                 # when offered as one. An evicted state stays evicted: reviving it would
-                # change snapshots of steps it was invisible in.
+                # change snapshots of steps it was invisible in. The log lets rewind undo it.
+                cur.execute(
+                    "INSERT INTO duplicate_offers (step, state_id, was_seed) VALUES (?, ?, ?)", (step, sid, held[0])
+                )
                 cur.execute(
                     "UPDATE states SET offers = offers + 1, is_seed = CASE WHEN evicted_step IS NULL "
                     "THEN MAX(is_seed, ?) ELSE is_seed END WHERE state_id = ?",
@@ -417,9 +519,18 @@ class StateBuffer:
                 evicted += self._evict(cur, step, live - total, None)
         # Rows evicted long enough ago that no admissible snapshot can see them.
         horizon = step - self.config.retain_evicted_steps
+        # A purged row is kept aside as long as a rewind may reach back before its purge
+        # (retain_evicted_steps): a replayed step then finds it as the first run did.
+        cursor = cur.execute("SELECT * FROM states WHERE evicted_step IS NOT NULL AND evicted_step <= ?", (horizon,))
+        names = [d[0] for d in cursor.description]
+        cur.executemany(
+            "INSERT INTO purged_states (purged_step, state_id, row_json) VALUES (?, ?, ?)",
+            [(step, row[0], json.dumps(dict(zip(names, row)))) for row in cursor.fetchall()],
+        )
         purged = cur.execute(
             "DELETE FROM states WHERE evicted_step IS NOT NULL AND evicted_step <= ?", (horizon,)
         ).rowcount
+        cur.execute("DELETE FROM purged_states WHERE purged_step <= ?", (horizon,))
         put_meta(cur, "purged_through", max(horizon, get_meta(cur, "purged_through", horizon)))
         live, seeds, new = cur.execute(
             "SELECT COUNT(*), COALESCE(SUM(is_seed), 0), COALESCE(SUM(added_step = ?), 0) FROM states "

@@ -94,6 +94,7 @@ def step_feedback(
     rollout_ids: Sequence[str] | None = None,
     errors: Sequence[str | None] | None = None,
     clock: Callable[[], float] = time.time,
+    offer_states: bool = True,
 ) -> FeedbackSummary:
     """Feed one finished GRPO step back to the buffer, in one transaction.
 
@@ -101,6 +102,8 @@ def step_feedback(
     times, once per completion of its group). `errors` optionally gives each
     failed run's reason (the grader's, or the crash), shown later when the new
     debug state is prompted. Replaying an already-applied step does nothing.
+    `offer_states=False` counts the rollouts but offers no new state: the
+    buffer stays its seeds (the "no buffer growth" ablation).
     """
     n = len(states)
     if not (len(completions) == len(executions) == len(rewards) == n):
@@ -129,7 +132,7 @@ def step_feedback(
             state, completion, execution, reward, node_id=_node_id(state, rid), policy_step=step,
             created_at=now, error=error, output_max_chars=buffer.config.output_max_chars,
         )
-        if node is not None:
+        if node is not None and offer_states:
             nxt = State.after(state.journal.add(node), node)
             if nxt is not None:
                 offers.append(Offer(nxt, parent_state_id=state.state_id, rollout_id=rid))

@@ -1,9 +1,10 @@
 """The state buffer's SQLite file: its tables, its version, and how a connection is opened.
 
-Tables (SCHEMA_VERSION 1):
+Tables (SCHEMA_VERSION 2):
 
     meta(key, value)       schema_version, created_at, the configs it was created
-                           with, sealed_step, purged_through, next_seq (JSON values)
+                           with, sealed_step, purged_through, next_seq,
+                           offers_logged_from (JSON values)
     tasks                  one TaskReference per task (headroom's top and baseline)
     states                 one row per state: the full State JSON, provenance,
                            visibility (added_step, evicted_step), cached statistics
@@ -12,6 +13,11 @@ Tables (SCHEMA_VERSION 1):
                            truth the cached statistics are aggregated from
     steps                  one row per sealed step: growth over steps; a step is in
                            it exactly when its feedback committed
+    duplicate_offers       append-only, one row per offer of a state already held
+    purged_states          rows purged from `states`, kept retain_evicted_steps more steps
+                           These two (v2) are what `StateBuffer.rewind` needs to undo
+                           steps exactly; a v1 file gets them when it is opened, and
+                           `offers_logged_from` says from which step on the log is complete.
 
 Only the standard library's sqlite3. WAL lets readers (every trainer rank)
 read a consistent snapshot while one writer commits; writers serialize on
@@ -29,8 +35,9 @@ from typing import Any
 
 from mleforge.curriculum.config import BufferConfig
 from mleforge.curriculum.errors import SchemaVersionError, StateBufferError
+from mleforge.curriculum.records import SETUP_STEP
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUFFER_FILE = "buffer.sqlite"
 
 DDL = """
@@ -86,6 +93,20 @@ CREATE TABLE events (
 );
 CREATE INDEX events_state ON events (state_id, step);
 CREATE INDEX events_step ON events (step);
+CREATE TABLE duplicate_offers (
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    step     INTEGER NOT NULL,
+    state_id TEXT NOT NULL,
+    was_seed INTEGER NOT NULL          -- the state's is_seed before this offer
+);
+CREATE INDEX duplicate_offers_step ON duplicate_offers (step);
+CREATE TABLE purged_states (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    purged_step INTEGER NOT NULL,      -- the seal that deleted the row from `states`
+    state_id    TEXT NOT NULL,
+    row_json    TEXT NOT NULL          -- the whole `states` row, by column name
+);
+CREATE INDEX purged_states_step ON purged_states (purged_step);
 CREATE TABLE steps (
     step        INTEGER PRIMARY KEY,
     sealed_at   REAL NOT NULL,
@@ -161,6 +182,9 @@ def _ensure_schema(conn: sqlite3.Connection, path: Path, config: BufferConfig, c
             put_meta(conn, "created_at", time.time())
             put_meta(conn, "next_seq", 0)
             put_meta(conn, "buffer_config", config.to_dict())
+            put_meta(conn, "offers_logged_from", SETUP_STEP)
+        elif get_meta(conn, "schema_version") == 1:
+            _migrate_v1(conn)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -172,6 +196,24 @@ def _ensure_schema(conn: sqlite3.Connection, path: Path, config: BufferConfig, c
             f"{SCHEMA_VERSION}. Read it with the mleforge that wrote it (`mleforge buffer export`), "
             "or start a new run directory"
         )
+
+
+def _migrate_v1(conn: sqlite3.Connection) -> None:
+    """Version 1 lacks the duplicate-offer log: add it. Duplicates offered before now were
+    not logged, so a rewind to a step before the next unsealed one is refused."""
+    conn.execute(
+        "CREATE TABLE duplicate_offers (id INTEGER PRIMARY KEY AUTOINCREMENT, step INTEGER NOT NULL, "
+        "state_id TEXT NOT NULL, was_seed INTEGER NOT NULL)"
+    )
+    conn.execute("CREATE INDEX duplicate_offers_step ON duplicate_offers (step)")
+    conn.execute(
+        "CREATE TABLE purged_states (id INTEGER PRIMARY KEY AUTOINCREMENT, purged_step INTEGER NOT NULL, "
+        "state_id TEXT NOT NULL, row_json TEXT NOT NULL)"
+    )
+    conn.execute("CREATE INDEX purged_states_step ON purged_states (purged_step)")
+    sealed = get_meta(conn, "sealed_step")
+    put_meta(conn, "offers_logged_from", SETUP_STEP if sealed is None else sealed + 1)
+    put_meta(conn, "schema_version", SCHEMA_VERSION)
 
 
 def get_meta(conn: sqlite3.Connection, key: str, default: Any = None) -> Any:

@@ -11,7 +11,7 @@ step.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from mleforge.agent.journal import Journal
@@ -67,15 +67,26 @@ def task_reference(task: Any) -> TaskReference:
     return TaskReference(task.id, "lower" if lower else "higher", top, float(baseline))
 
 
-def set_up_tasks(buffer: StateBuffer, tasks: Iterable[Any], journals: Iterable[Journal] = ()) -> bool:
+def set_up_tasks(
+    buffer: StateBuffer,
+    tasks: Iterable[Any],
+    journals: Iterable[Journal] = (),
+    *,
+    stages: Collection[str] | None = None,
+) -> bool:
     """The buffer's set-up, in one transaction: each task's references and draft seed,
     and the state before every node of each expert journal as a seed; then the set-up
     step is sealed. False (nothing done) when the buffer was set up already, so a
-    resumed run calls it again safely."""
+    resumed run calls it again safely.
+
+    `stages` keeps only the journal states of those stages (e.g. debug and improve,
+    whose edit-block completions are short); each task's empty-journal draft seed is
+    always kept.
+    """
     if buffer.sealed_step is not None:
         return False
     references = [task_reference(task) for task in tasks]
     seeds = [State.draft(ref.task_id, direction=ref.direction) for ref in references]
     for journal in journals:
-        seeds.extend(journal_states(journal))
+        seeds.extend(s for s in journal_states(journal) if stages is None or s.stage in stages)
     return buffer.set_up(references, seeds)

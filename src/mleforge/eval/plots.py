@@ -160,3 +160,56 @@ def normalized_bars(tasks: Sequence[str], labels: Sequence[str],
     ax.spines[["top", "right"]].set_visible(False)
     fig.legend(loc="outside right upper", frameon=False, fontsize=8)
     return _png(fig)
+
+
+CURVES = (("reward_mean", "mean reward"), ("valid_rate", "valid rate"),
+          ("frac_zero_std_groups", "groups with tied rewards"), ("buffer_size", "states in the buffer"))
+
+
+def step_curves(labels: Sequence[str], runs: Sequence[Sequence[Mapping[str, Any]]]) -> bytes:
+    """A training run's curves over steps, one panel per figure of `CURVES` (metrics.jsonl
+    lines), one line per run; the reward panel shades ± the step's reward std."""
+    fig = _figure(11, 6.4)
+    axes = fig.subplots(2, 2).ravel()
+    for ax, (key, title) in zip(axes, CURVES):
+        for i, (label, lines) in enumerate(zip(labels, runs)):
+            points = [(m["step"], m[key]) for m in lines if m.get(key) is not None]
+            if not points:
+                continue
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, marker="o", ms=3, lw=1.4, color=color(i), label=label)
+            if key == "reward_mean":
+                spread = [(m["step"], m["reward_mean"], m.get("reward_std") or 0.0) for m in lines
+                          if m.get("reward_mean") is not None]
+                sx, mean, std = zip(*spread)
+                ax.fill_between(sx, [a - b for a, b in zip(mean, std)], [a + b for a, b in zip(mean, std)],
+                                color=color(i), alpha=0.15, lw=0)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step", fontsize=8)
+        if key in ("valid_rate", "frac_zero_std_groups"):
+            ax.set_ylim(-0.03, 1.03)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=8)
+        ax.spines[["top", "right"]].set_visible(False)
+    handles, names = axes[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, names, loc="outside lower center", ncol=min(4, len(names)), frameon=False, fontsize=8)
+    return _png(fig)
+
+
+def loss_curve(labels: Sequence[str], runs: Sequence[Sequence[Mapping[str, Any]]]) -> bytes:
+    """SFT training loss over optimizer steps, one line per run."""
+    fig = _figure(8, 3.4)
+    ax = fig.subplots()
+    for i, (label, lines) in enumerate(zip(labels, runs)):
+        points = [(m["step"], m["loss"]) for m in lines if m.get("loss") is not None]
+        if points:
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, lw=1.4, color=color(i), label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (completion tokens)")
+    ax.grid(alpha=0.3)
+    ax.spines[["top", "right"]].set_visible(False)
+    if labels:
+        ax.legend(frameon=False, fontsize=8)
+    return _png(fig)

@@ -25,7 +25,8 @@ from typing import Any
 
 from mleforge.errors import ConfigError
 
-SECTION_MODULES = {"eval": "mleforge.eval.sections", "stepwise": "mleforge.eval.stepwise"}
+SECTION_MODULES = {"eval": "mleforge.eval.sections", "stepwise": "mleforge.eval.stepwise",
+                   "train": "mleforge.train.report", "sft": "mleforge.train.report"}
 
 
 # --- blocks and sections --------------------------------------------------------------------------

@@ -1,5 +1,8 @@
 """A policy over a local transformers causal LM (a folder or a cached hub id, LoRA optional).
 
+A folder may also be a trained checkpoint (`mleforge sft`, `mleforge train`): a LoRA adapter
+that names its base (mleforge.policies.checkpoint); the base is loaded and the adapters merged.
+
 torch, transformers and peft are imported when a model loads, never at import time.
 """
 
@@ -10,7 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ from mleforge.policies.base import (
     cut_at_stop,
     derive_seed,
 )
+from mleforge.policies.checkpoint import is_adapter_folder, read_marker, resolve_model
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -293,13 +297,20 @@ def _load(config: HFConfig, torch: Any, transformers: Any) -> tuple[Any, Any]:
     device = _device(torch, config.device)
     dtype = _dtype(torch, config.dtype, device)
     source, options = _source(config)
+    adapters: tuple[str, ...] = ()
+    tokenizer_source = source
+    if Path(source).is_dir() and (is_adapter_folder(Path(source)) or read_marker(source) is not None):
+        # A trained checkpoint: its base (perhaps itself a checkpoint), then its adapters.
+        resolved = resolve_model(f"hf:{source}")
+        base = replace(config, model=resolved.base)
+        (source, options), adapters, tokenizer_source = _source(base), resolved.adapters, resolved.tokenizer
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source, **options)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_source, **options)
         model = transformers.AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **options)
     except OSError as exc:
         raise _not_found(config, exc) from None
-    if config.adapter:
-        model = _with_adapter(model, config.adapter)
+    for adapter in (*adapters, *([config.adapter] if config.adapter else [])):
+        model = _with_adapter(model, adapter)
     model.to(device)
     model.eval()
     return model, tokenizer

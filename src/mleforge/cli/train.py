@@ -1,0 +1,110 @@
+"""`mleforge train`: step-wise GRPO on the evolving curriculum (the main job).
+
+With no arguments it trains the bundled Qwen2.5-Coder-0.5B with LoRA on a CPU on the lite
+tasks (the `cpu` preset) and ends by printing where its report is. Every value is checked
+before anything heavy starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from mleforge.cli.options import common
+from mleforge.cli.output import err_console, print_json, print_table
+
+# flag -> (TrainConfig field, or "model.<field>")
+FLAGS = {
+    "model": "model.spec", "tasks": "tasks", "eval_tasks": "eval_tasks", "steps": "steps",
+    "group_size": "group_size", "groups_per_step": "groups_per_step", "max_new_tokens": "max_new_tokens",
+    "lr": "lr", "lora_rank": "model.lora_rank", "sampler": "sampler", "sft": "sft", "seed": "seed",
+    "journals": "journals", "executor": "executor", "generation": "generation", "threads": "model.threads",
+    "exec_workers": "exec_workers", "micro_batch": "micro_batch",
+}
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("train", parents=[common()],
+                              help="step-wise GRPO on the evolving curriculum (the main job)")
+    p.add_argument("--preset", choices=("cpu", "gpu-1x"), default="cpu",
+                   help="cpu (default: bundled Qwen-0.5B, LoRA, lite tasks, short edit-block steps) | gpu-1x "
+                        "(bf16, 8 x 8 rollouts a step, 1,024-token completions, vLLM where installed)")
+    p.add_argument("--model", help="bundled:NAME | hf:PATH (default: the preset's, bundled:qwen2.5-coder-0.5b)")
+    p.add_argument("--tasks", help="tasks to train on: lite | all | id,id,... (default lite)")
+    p.add_argument("--eval-tasks", help="tasks of the step-wise evaluation, not trained on ('' for none)")
+    p.add_argument("--steps", type=int, help="GRPO steps")
+    p.add_argument("--group-size", type=int, help="rollouts per state (GRPO's G; at least 2)")
+    p.add_argument("--groups-per-step", type=int, help="states per step")
+    p.add_argument("--micro-batch", type=int, help="sequences per forward/backward pass")
+    p.add_argument("--max-new-tokens", type=int, help="completion length cap")
+    p.add_argument("--lr", type=float, help="learning rate")
+    p.add_argument("--lora-rank", type=int, help="LoRA rank")
+    p.add_argument("--full", action="store_true", help="train every weight instead of a LoRA adapter")
+    p.add_argument("--sampler", choices=("uniform", "learnability"), help="curriculum sampler (default learnability)")
+    p.add_argument("--no-buffer-growth", action="store_true",
+                   help="ablation: rollouts update statistics but add no states (the buffer stays its seeds)")
+    p.add_argument("--sft", help="warm start: auto (collect with the template expert, fine-tune briefly; the "
+                                 "default) | none | PATH (an `mleforge sft` run or its model/)")
+    p.add_argument("--journals", help="a folder of collected runs whose journals seed the buffer (default: the "
+                                      "template expert makes them)")
+    p.add_argument("--executor", choices=("local", "pool", "ray"), help="sandbox backend (default pool)")
+    p.add_argument("--exec-workers", type=int, help="rollouts executed at once (default: CPUs / task CPUs)")
+    p.add_argument("--generation", help="auto | trl | vllm | a registered engine (default auto)")
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--run-dir", help="run directory (default runs/train/<model>-<preset>-seed<seed>)")
+    p.add_argument("--resume", metavar="RUN", help="continue the run in RUN from its last checkpoint (its own "
+                                                   "config; no other setting may be given)")
+    p.add_argument("--seed", type=int, help="seed of every random choice (default 0)")
+    p.set_defaults(func=cmd_train)
+
+
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The TrainConfig overrides the flags give (model fields under "model")."""
+    out: dict[str, Any] = {}
+    model: dict[str, Any] = {}
+    for flag, key in FLAGS.items():
+        value = getattr(args, flag, None)
+        if value is None:
+            continue
+        if key.startswith("model."):
+            model[key.removeprefix("model.")] = value
+        else:
+            out[key] = value
+    if args.full:
+        model["full"] = True
+    if args.no_buffer_growth:
+        out["buffer_growth"] = False
+    if model:
+        out["model"] = model
+    return out
+
+
+def _registry(args: argparse.Namespace):
+    from mleforge.tasks.registry import TaskRegistry
+
+    return TaskRegistry(task_dirs=getattr(args, "tasks_dir", None) or (), data_dir=getattr(args, "data_dir", None))
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from mleforge.train.config import TrainConfig
+    from mleforge.train.errors import TrainError
+    from mleforge.train.grpo import resume, train
+
+    as_json = getattr(args, "json", False)
+    given = overrides(args)
+    if args.resume:
+        if given or args.run_dir or args.preset != "cpu":
+            raise TrainError(f"--resume {args.resume} continues that run with its own config.yaml; drop the other "
+                             "settings (" + ", ".join(sorted(set(given) | ({"run_dir"} if args.run_dir else set())))
+                             + ")")
+        result = resume(args.resume, registry=_registry(args), progress=not as_json)
+    else:
+        config = TrainConfig.preset_config(args.preset, **given)
+        result = train(config, args.run_dir, registry=_registry(args), progress=not as_json)
+    if as_json:
+        print_json(result.to_dict())
+        return 0
+    print_table("train", ["run", "steps", "final model", "wall s"],
+                [[result.run_dir, result.steps, f"hf:{result.final_model}", result.wall_s]])
+    err_console.print(f"report: {result.report}  (mleforge report {result.run_dir})", highlight=False)
+    return 0

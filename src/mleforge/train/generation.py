@@ -1,0 +1,84 @@
+"""The seam between the GRPO trainer and whatever generates its rollouts.
+
+Three ways to generate, chosen by `TrainConfig.generation`:
+
+    trl      TRL samples with the training model itself (transformers' generate)
+    vllm     TRL's vLLM integration (colocated on the training GPU), weights synced each step
+    <name>   an engine registered here: it becomes TRL's `rollout_func`
+
+An engine is a factory `factory(config, tokenizer) -> rollout(prompts, trainer)`. `rollout`
+receives this rank's rows of the step (chat messages; each group's prompt `group_size`
+times in a row, so an engine that prefills once per distinct prompt can) and returns
+`{"prompt_ids": [...], "completion_ids": [...], "logprobs": None | [...]}` in the training
+tokenizer's ids, one row per prompt. Logprobs of the sampled tokens let TRL correct for an
+engine that samples from slightly different weights (int8, last step's sync); None means
+the engine samples from the training weights. Sampling must depend only on the trainer's
+per-step seed (torch's RNG is seeded at each step's generation) so that a resumed run
+repeats its rollouts. The CTranslate2 engine registers itself here; so do tests.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+from mleforge.errors import ConfigError
+from mleforge.train.errors import TrainError
+
+BUILT_IN = ("trl", "vllm")
+RolloutFunc = Callable[[list, Any], dict]
+EngineFactory = Callable[[Any, Any], RolloutFunc]
+_ENGINES: dict[str, EngineFactory] = {}
+
+
+def register_engine(name: str, factory: EngineFactory, *, replace: bool = False) -> None:
+    """Make `generation: <name>` build its rollout function with `factory(config, tokenizer)`."""
+    if name in BUILT_IN or name == "auto" or not name:
+        raise ValueError(f"{name!r} is a built-in generation mode; pick another engine name")
+    if name in _ENGINES and not replace and _ENGINES[name] is not factory:
+        raise ValueError(f"an engine is already registered as {name!r}; pass replace=True to override it")
+    _ENGINES[name] = factory
+
+
+def engine_names() -> list[str]:
+    return ["auto", *BUILT_IN, *sorted(_ENGINES)]
+
+
+def vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def resolve_generation(requested: str, *, cuda: bool) -> str:
+    """`auto`: vLLM where it is installed and there is a GPU, else TRL's own generate. An
+    explicit choice that cannot work here is refused with the fix."""
+    if requested == "auto":
+        return "vllm" if cuda and vllm_installed() else "trl"
+    if requested == "vllm":
+        if not vllm_installed():
+            raise TrainError("generation vllm needs the vllm package (pip install vllm, on a CUDA machine); "
+                             "or use --generation trl")
+        if not cuda:
+            raise TrainError("generation vllm needs a CUDA GPU; on a CPU use --generation trl")
+        return requested
+    if requested != "trl" and requested not in _ENGINES:
+        raise ConfigError(f"generation: got {requested!r}; expected one of {', '.join(engine_names())}")
+    return requested
+
+
+def trl_generation_args(config: Any, backend: str) -> dict[str, Any]:
+    """The GRPOConfig fields of the generation: sampling settings and the backend."""
+    args: dict[str, Any] = {
+        "max_completion_length": config.max_new_tokens, "temperature": config.temperature,
+        "top_p": config.top_p, "top_k": 0,  # 0: no top-k cut; the sampling settings alone decide
+    }
+    if backend == "vllm":
+        args.update(use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False)
+    return args
+
+
+def rollout_func_for(backend: str, config: Any, tokenizer: Any) -> RolloutFunc | None:
+    """TRL's `rollout_func` for a registered engine; None for TRL's own generation paths."""
+    if backend in BUILT_IN:
+        return None
+    return _ENGINES[backend](config, tokenizer)

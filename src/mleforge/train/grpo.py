@@ -1,0 +1,428 @@
+"""`mleforge train`: step-wise GRPO on the evolving curriculum, from set-up to report.
+
+    preflight(config, registry)    every check that needs no model: the extras, the model
+                                   spec, the tasks, the warm start, this machine; raises
+                                   with the reason and the fix before anything heavy
+    train(config, run_dir)         a new run
+    resume(run_dir)                continue a run after a crash or a SIGKILL, at any moment
+
+A run directory holds
+
+    config.yaml                the full resolved TrainConfig
+    run.json                   kind "train", its tasks (the contamination guard reads them)
+    expert/<task>/             the template expert's episodes (when no --journals)
+    sft/                       the warm start of --sft auto (an `mleforge sft` run)
+    buffer.sqlite              the state buffer (mleforge.curriculum)
+    results.sqlite             the result cache of the rollouts' executions
+    checkpoints/checkpoint-<k> adapter (or model), optimizer, scheduler, RNG states, trainer
+                               state, and the buffer's step (mleforge.train.checkpoints)
+    rollouts/step-<k>.jsonl    every rollout of step k (mleforge.train.records.RolloutLine)
+    metrics.jsonl              one line per step (mleforge.train.records.StepMetrics)
+    stepwise/{before,after}.json   the step-wise evaluation on the eval tasks
+    final/                     the trained adapter (or model): `hf:<run>/final`
+    report/                    `mleforge report <run>`, written at the end
+
+Resuming: the last complete checkpoint (k steps done) is loaded; the buffer is rewound to
+the end of step k - 1, the steps after it are dropped from metrics.jsonl and rollouts/,
+and training continues. Each step's randomness is a function of (seed, step) and the
+buffer is exactly as that step first saw it, so the resumed run repeats, rollout for
+rollout, what the uninterrupted run would have done.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mleforge.eval.contamination import CHECKPOINT_RECORD, RUN_RECORD
+from mleforge.policies.checkpoint import ModelSource
+from mleforge.tasks.task import Task
+from mleforge.train.checkpoints import (
+    atomic_write,
+    checkpoint_callback,
+    discard_after,
+    last_checkpoint,
+    read_mark,
+)
+from mleforge.train.config import TrainConfig
+from mleforge.train.errors import TrainError
+from mleforge.train.feedback import METRICS_FILE, ROLLOUTS_DIR
+from mleforge.train.model import check_model, require_train_extra
+
+CONFIG_FILE = "config.yaml"
+CHECKPOINTS_DIR = "checkpoints"
+FINAL_DIR = "final"
+SFT_DIR = "sft"
+STEPWISE_DIR = "stepwise"
+COLLECT_MODULE = "mleforge.train.collect"  # `mleforge collect`: the --sft auto seam
+STEPWISE_MODULE = "mleforge.eval.stepwise"  # `mleforge eval --stepwise`: the before/after seam
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What preflight resolved: the config with its `auto` values decided for this machine."""
+
+    config: TrainConfig
+    tasks: tuple[Task, ...]
+    eval_tasks: tuple[Task, ...]
+    model: ModelSource
+    device: str
+    world_size: int
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    run_dir: str
+    steps: int
+    final_model: str
+    report: str | None
+    wall_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def default_run_dir(config: TrainConfig) -> Path:
+    safe = config.model.spec.replace("/", "_").replace(":", "-")
+    return Path("runs/train") / f"{safe}-{config.preset}-seed{config.seed}"
+
+
+def sft_model_folder(path: str) -> Path:
+    """The model folder of `--sft PATH`: an `mleforge sft` run directory or its model/."""
+    folder = Path(path).expanduser().resolve()
+    if (folder / "model").is_dir() and not (folder / "adapter_config.json").exists():
+        folder = folder / "model"
+    return folder
+
+
+def preflight(config: TrainConfig, registry: Any) -> Plan:
+    """Check everything that can be checked before loading a model (see the module docstring)."""
+    require_train_extra("mleforge train")
+    tasks = tuple(registry.select(config.tasks))
+    if not tasks:
+        raise TrainError(f"--tasks {config.tasks!r} selects no task; give lite, all or task ids (mleforge tasks list)")
+    eval_tasks = tuple(registry.select(config.eval_tasks)) if config.eval_tasks.strip() else ()
+    overlap = sorted({t.id for t in tasks} & {t.id for t in eval_tasks})
+    if overlap:
+        raise TrainError(f"--eval-tasks {', '.join(overlap)} are also training tasks; the step-wise evaluation "
+                         "measures tasks the run does not train on: pick others (or --eval-tasks '')")
+    source = check_model(config.model)
+    if config.sft_mode == "auto" and importlib.util.find_spec(COLLECT_MODULE) is None:
+        raise TrainError(
+            f"--sft auto collects expert samples with `mleforge collect` ({COLLECT_MODULE}.collect_samples), "
+            "which this installation does not have yet; pass --sft none to train from the model as it is, or "
+            "--sft PATH to start from an `mleforge sft` checkpoint"
+        )
+    if config.sft_mode == "path":
+        folder = sft_model_folder(config.sft)
+        if not folder.is_dir():
+            raise TrainError(f"--sft {config.sft}: no such folder; give an `mleforge sft` run (or its model/)")
+        check_model(replace(config.model, spec=f"hf:{folder}"))
+    if config.journals is not None:
+        from mleforge.train.journals import journal_files
+
+        journal_files(config.journals)
+    import torch
+    from accelerate import PartialState
+
+    from mleforge.train.generation import resolve_generation
+    from mleforge.train.model import resolve_bf16, resolve_device
+
+    device = resolve_device(torch, config.model.device)
+    world = PartialState().num_processes
+    if config.sequences_per_step % (config.micro_batch * world):
+        raise TrainError(f"{config.sequences_per_step} sequences a step do not split into micro-batches of "
+                         f"{config.micro_batch} on {world} processes; change --groups-per-step or micro_batch")
+    backend = resolve_generation(config.generation, cuda=device.startswith("cuda"))
+    bf16 = resolve_bf16(config.bf16, device, torch)
+    resolved = config.replace(generation=backend, bf16=bf16)
+    return Plan(resolved, tasks, eval_tasks, source, device, world)
+
+
+def _record(plan: Plan, status: str, **extra: Any) -> dict[str, Any]:
+    c = plan.config
+    return {"kind": "train", "tasks": [t.id for t in plan.tasks], "eval_tasks": [t.id for t in plan.eval_tasks],
+            "policy": c.model.spec, "model": c.model.spec, "preset": c.preset, "seed": c.seed, "steps": c.steps,
+            "sampler": c.sampler, "buffer_growth": c.buffer_growth, "sft": c.sft, "status": status, **extra}
+
+
+def train(config: TrainConfig, run_dir: str | Path | None = None, *, registry: Any = None, progress: bool = True,
+          renderer: Any = None, callbacks: Sequence[Any] = ()) -> TrainResult:
+    """Start a new run in `run_dir` (refused if it holds one: resume it instead). `renderer`
+    replaces the prompt renderer (mleforge.train.prompts); `callbacks` are TrainerCallbacks
+    added after the run's own (a benchmark's timers)."""
+    from mleforge.tasks.registry import TaskRegistry
+
+    registry = registry or TaskRegistry()
+    folder = Path(run_dir or default_run_dir(config)).resolve()
+    if (folder / CONFIG_FILE).is_file():
+        raise TrainError(f"{folder} holds a run already; continue it with `mleforge train --resume {folder}`, "
+                         "or pass another --run-dir")
+    plan = preflight(config, registry)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write(folder / CONFIG_FILE, yaml.safe_dump(plan.config.to_dict(), sort_keys=False))
+    return _run(plan, folder, registry, progress, renderer, callbacks)
+
+
+def load_run_config(run_dir: str | Path) -> TrainConfig:
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise TrainError(f"--resume {run_dir}: no {CONFIG_FILE} there; give the run directory `mleforge train` made")
+    return TrainConfig.from_dict(yaml.safe_load(path.read_text(encoding="utf-8")))
+
+
+def resume(run_dir: str | Path, *, registry: Any = None, progress: bool = True, renderer: Any = None,
+           callbacks: Sequence[Any] = ()) -> TrainResult:
+    """Continue the run in `run_dir` from its last complete checkpoint, with its own config."""
+    from mleforge.tasks.registry import TaskRegistry
+
+    registry = registry or TaskRegistry()
+    folder = Path(run_dir).resolve()
+    config = load_run_config(folder)
+    plan = preflight(config, registry)
+    if plan.config != config:
+        raise TrainError(f"{folder} was configured for another machine (it resolved generation "
+                         f"{config.generation}, bf16 {config.bf16}; here {plan.config.generation}, "
+                         f"{plan.config.bf16}); resume it where it ran, or start a new run")
+    return _run(plan, folder, registry, progress, renderer, callbacks)
+
+
+def _finished(folder: Path) -> TrainResult | None:
+    try:
+        record = json.loads((folder / RUN_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if record.get("status") != "done":
+        return None
+    return TrainResult(str(folder), record["steps_done"], record["final_model"], record.get("report"),
+                       record["wall_s"])
+
+
+def recover(folder: Path, buffer: Any) -> tuple[Path | None, int]:
+    """Bring a run directory back to its last complete checkpoint: (checkpoint or None, steps
+    done). The buffer is rewound to the checkpoint's step; later metrics lines, rollouts and
+    checkpoints are dropped (the resumed steps write them again)."""
+    checkpoint = last_checkpoint(folder / CHECKPOINTS_DIR)
+    done = read_mark(checkpoint)["global_step"] if checkpoint else 0
+    sealed = buffer.sealed_step
+    if sealed is not None and sealed > done - 1:
+        buffer.rewind(done - 1)
+    discard_after(folder / CHECKPOINTS_DIR, done)
+    metrics = folder / METRICS_FILE
+    if metrics.is_file():
+        kept = [line for line in metrics.read_text(encoding="utf-8").splitlines() if _step_of(line) < done]
+        atomic_write(metrics, "".join(line + "\n" for line in kept))
+    for path in (folder / ROLLOUTS_DIR).glob("step-*.jsonl"):
+        if int(path.stem.split("-")[1]) >= done:
+            path.unlink()
+    return checkpoint, done
+
+
+def _step_of(line: str) -> float:
+    """A metrics line's step; a line a kill left half-written counts as after every step."""
+    try:
+        return json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError):
+        return float("inf")
+
+
+def _executor(config: TrainConfig, folder: Path) -> Any:
+    from mleforge.sandbox import CachingExecutor, make_executor
+
+    options = {} if config.exec_workers is None or config.executor == "ray" else {"max_workers": config.exec_workers}
+    executor = make_executor(config.executor, **options)
+    return CachingExecutor(executor, folder / "results.sqlite") if config.cache else executor
+
+
+def _workers(config: TrainConfig, tasks: tuple[Task, ...]) -> int:
+    from mleforge.sandbox import RunLimits
+    from mleforge.sandbox.executor import default_workers
+
+    if config.exec_workers is not None:
+        return config.exec_workers
+    return min(default_workers(RunLimits.of(None, t.spec.limits)) for t in tasks)
+
+
+def warm_start(plan: Plan, folder: Path, registry: Any, progress: bool) -> str:
+    """The spec of the model GRPO starts from: --sft none, PATH, or auto (collect, then SFT)."""
+    config = plan.config
+    if config.sft_mode == "none":
+        return config.model.spec
+    if config.sft_mode == "path":
+        return f"hf:{sft_model_folder(config.sft)}"
+    # --sft auto: `mleforge collect` with the template expert, then a short `mleforge sft`.
+    from mleforge.train.collect import collect_samples  # type: ignore[import-not-found]
+    from mleforge.train.config import SFTConfig
+    from mleforge.train.sft import run_sft
+
+    samples = collect_samples(tasks=[t.id for t in plan.tasks], out=str(folder / "collect"), teacher="template",
+                              seed=config.seed, registry=registry, prompt=config.prompt)
+    result = run_sft(SFTConfig(samples=str(samples), out=str(folder / SFT_DIR), model=config.model,
+                               max_steps=config.sft_steps, batch_size=config.sft_batch_size,
+                               grad_accum=config.sft_grad_accum, seed=config.seed), progress=progress)
+    return f"hf:{result.model_dir}"
+
+
+def stepwise_evaluation(plan: Plan, folder: Path, spec: str, label: str) -> dict[str, Any]:
+    """The step-wise evaluation of `spec` on the eval tasks (mleforge.eval.stepwise), saved as
+    stepwise/<label>.json; done once per label. Where that module is missing, the file says so."""
+    out = folder / STEPWISE_DIR / f"{label}.json"
+    if out.is_file():
+        return json.loads(out.read_text(encoding="utf-8"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tasks = [t.id for t in plan.eval_tasks]
+    if not plan.config.stepwise_eval or not tasks:
+        result: dict[str, Any] = {"available": False, "reason": "turned off (stepwise_eval, or no --eval-tasks)"}
+    elif importlib.util.find_spec(STEPWISE_MODULE) is None:
+        result = {"available": False, "reason": f"{STEPWISE_MODULE} (mleforge eval --stepwise) is not installed"}
+    else:
+        from mleforge.eval import stepwise  # type: ignore[attr-defined]
+
+        result = {"available": True, "policy": spec, "tasks": tasks,
+                  **stepwise.run_stepwise(policy=spec, tasks=tasks, out=str(out.with_suffix("")),
+                                          seed=plan.config.seed)}
+    atomic_write(out, json.dumps(result, indent=1, default=str))
+    return result
+
+
+def _run(plan: Plan, folder: Path, registry: Any, progress: bool, renderer: Any,
+         callbacks: Sequence[Any] = ()) -> TrainResult:
+    done = _finished(folder)
+    if done is not None:
+        return done
+    started = time.monotonic()
+    config = plan.config
+    atomic_write(folder / RUN_RECORD, json.dumps(_record(plan, "running"), indent=1))
+    from mleforge.curriculum.buffer import StateBuffer
+    from mleforge.curriculum.seeds import set_up_tasks
+    from mleforge.tasks.preparation import prepare
+    from mleforge.train.journals import expert_journals, load_journals
+
+    for task in (*plan.tasks, *plan.eval_tasks):
+        prepare(task)
+    executor = _executor(config, folder)
+    buffer = StateBuffer(folder, config.buffer, config.learnability)
+    try:
+        if buffer.sealed_step is None:
+            ids = [t.id for t in plan.tasks]
+            journals = (load_journals(config.journals, ids) if config.journals is not None else
+                        expert_journals(plan.tasks, folder, steps=config.expert_steps, seed=config.seed,
+                                        executor=executor, registry=registry))
+            set_up_tasks(buffer, plan.tasks, journals, stages=config.seed_stages)
+        spec = warm_start(plan, folder, registry, progress)
+        stepwise_evaluation(plan, folder, spec, "before")
+        checkpoint, _ = recover(folder, buffer)
+        training = build_trainer(plan, folder, spec, buffer, executor, renderer=renderer, progress=progress)
+        trainer = training.trainer
+        for callback in callbacks:
+            trainer.add_callback(callback)
+        try:
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        finally:
+            training.close()
+        from mleforge.train.model import save_trained
+
+        final = save_trained(trainer.model, trainer.processing_class, folder / FINAL_DIR,
+                             full=training.full, base_spec=training.base_spec)
+        record = _record(plan, "running")
+        (final / CHECKPOINT_RECORD).write_text(json.dumps(record, indent=1), encoding="utf-8")
+        stepwise_evaluation(plan, folder, f"hf:{final}", "after")
+    finally:
+        buffer.close()
+        executor.close()
+    wall = round(time.monotonic() - started, 1)
+    atomic_write(folder / RUN_RECORD, json.dumps(_record(
+        plan, "done", steps_done=trainer.state.global_step, final_model=str(final), wall_s=wall,
+        report=str(folder / "report" / "report.html")), indent=1))
+    from mleforge.eval.report import write_report
+
+    written = write_report([folder], folder / "report")
+    return TrainResult(str(folder), trainer.state.global_step, str(final), written.html, wall)
+
+
+@dataclass
+class Training:
+    """A run's trainer and the parts attached to it."""
+
+    trainer: Any  # CurriculumGRPOTrainer
+    reward: Any  # ExecutingReward
+    feed: Any  # CurriculumFeed
+    progress: Any
+    full: bool
+    base_spec: str
+
+    def close(self) -> None:
+        self.progress.close()
+        self.reward.close()
+
+
+def build_trainer(plan: Plan, folder: Path, spec: str, buffer: Any, executor: Any, *, renderer: Any = None,
+                  progress: bool = True) -> Training:
+    """The CurriculumGRPOTrainer of a run, with its reward, feed and callbacks attached."""
+    import trl
+    from accelerate import PartialState
+    from datasets import Dataset
+    from transformers import PrinterCallback, ProgressCallback
+
+    from mleforge.curriculum.config import SamplerConfig
+    from mleforge.curriculum.sampler import make_sampler
+    from mleforge.train.feed import CurriculumFeed, placeholder_rows
+    from mleforge.train.feedback import FeedbackCallback
+    from mleforge.train.generation import rollout_func_for, trl_generation_args
+    from mleforge.train.model import load_for_training
+    from mleforge.train.progress import progress_callback
+    from mleforge.train.prompts import make_renderer
+    from mleforge.train.rewards import ExecutingReward
+    from mleforge.train.trainer import CurriculumGRPOTrainer
+
+    config = plan.config
+    loaded = load_for_training(replace(config.model, spec=spec))
+    loaded.tokenizer.padding_side = "left"  # TRL generates from left-padded prompts
+    tasks = {t.id: t for t in plan.tasks}
+    sampler = make_sampler(SamplerConfig(kind=config.sampler, group_size=config.group_size, seed=config.seed),
+                           config.learnability)
+    feed = CurriculumFeed(buffer, sampler, tasks, renderer or make_renderer(config.prompt), config.groups_per_step)
+    rank = PartialState().process_index
+    reward = ExecutingReward(tasks, executor, feed.states, reward=config.reward, timeout_s=config.run_timeout_s,
+                             max_workers=_workers(config, plan.tasks), rank=rank)
+    steps_per_generation = config.sequences_per_step // (config.micro_batch * plan.world_size)
+    args = trl.GRPOConfig(
+        output_dir=str(folder / CHECKPOINTS_DIR), max_steps=config.steps, per_device_train_batch_size=config.micro_batch,
+        gradient_accumulation_steps=steps_per_generation, steps_per_generation=steps_per_generation,
+        num_generations=config.group_size, num_iterations=1, learning_rate=config.lr,
+        lr_scheduler_type=config.lr_scheduler, beta=config.beta, loss_type=config.loss_type,
+        scale_rewards=config.scale_rewards, max_grad_norm=config.max_grad_norm, shuffle_dataset=False,
+        logging_steps=1, save_strategy="steps", save_steps=config.save_steps, save_total_limit=config.save_total_limit,
+        report_to="none", disable_tqdm=True, bf16=bool(config.bf16), fp16=False, seed=config.seed,
+        data_seed=config.seed, gradient_checkpointing=config.model.gradient_checkpointing,
+        use_cpu=loaded.device == "cpu", remove_unused_columns=False, log_completions=False, disable_dropout=True,
+        dataloader_num_workers=0, **trl_generation_args(config, config.generation),
+    )
+    trainer = CurriculumGRPOTrainer(
+        model=loaded.model, reward_funcs=[reward], args=args,
+        train_dataset=Dataset.from_list(placeholder_rows(config.groups_per_step)),
+        processing_class=loaded.tokenizer, peft_config=loaded.peft_config,
+        rollout_func=rollout_func_for(config.generation, config, loaded.tokenizer),
+        feed=feed, run_seed=config.seed,
+    )
+    for printer in (PrinterCallback, ProgressCallback):  # our own bar and metrics.jsonl instead
+        trainer.remove_callback(printer)
+    bar = progress_callback(f"train {spec}", enabled=progress)
+    record = _record(plan, "running")
+    for callback in (
+        bar,
+        FeedbackCallback(trainer=trainer, buffer=buffer, feed=feed, reward=reward, run_dir=folder,
+                         grow=config.buffer_growth, progress=bar),
+        checkpoint_callback(full=loaded.full, base_spec=loaded.base_spec, run_record=record,
+                            state=lambda s: {"buffer_step": s.global_step - 1}),
+    ):
+        trainer.add_callback(callback)
+
+    return Training(trainer, reward, feed, bar, loaded.full, loaded.base_spec)

@@ -1,0 +1,209 @@
+"""Loading a model for training, and saving what training made so `hf:<folder>` loads it.
+
+    check_model(config)          what would load, or an error that says why not (no torch)
+    load_for_training(config)    the model, its tokenizer and the LoRA config (None: full)
+    save_trained(...)            the weights (an adapter, or the whole model), the tokenizer
+                                 and the marker naming the base (mleforge.policies.checkpoint)
+
+`bundled:NAME` is the bundled model's transformers folder (converted once from its GGUF,
+dequantized: a packed GGUF can be neither trained nor saved); `hf:PATH` a transformers
+folder, a `.gguf` file (dequantized on load), or a checkpoint of `mleforge sft`/`train`
+(its base loaded and its adapters merged, so a new LoRA trains on top). Precision: float32
+on a CPU unless it computes bfloat16 natively (AVX-512 BF16 or AMX), where bf16 autocast
+helps; without them bfloat16 matmuls are several times slower than float32.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mleforge.errors import MissingExtra, MleforgeError
+from mleforge.policies.checkpoint import (
+    ModelSource,
+    check_model_spec,
+    resolve_model,
+    split_spec,
+    write_marker,
+)
+from mleforge.train.config import ModelConfig
+from mleforge.train.errors import TrainError
+
+TRAIN_PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def require_train_extra(purpose: str) -> None:
+    """Raise MissingExtra (naming `mleforge[train]`) unless every training package is there.
+    Looks the packages up without importing them."""
+    for package in TRAIN_PACKAGES:
+        if importlib.util.find_spec(package) is None:
+            raise MissingExtra(package, "train", purpose)
+
+
+def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU computes bfloat16 natively (its flags name AVX-512 BF16 or AMX)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags = set(cpuinfo.split())
+    return any(flag in flags for flag in CPU_BF16_FLAGS)
+
+
+def check_model(config: ModelConfig) -> ModelSource:
+    """Where `config.spec`'s weights are, without loading or converting anything; a
+    TrainError that names the fix when it cannot load."""
+    try:
+        kind, name = split_spec(config.spec)
+        if kind == "hf" and name.endswith(".gguf"):
+            if not Path(name).expanduser().is_file():
+                raise TrainError(f"no GGUF file {name}")
+            return ModelSource(config.spec, str(Path(name).expanduser().resolve()))
+        source = check_model_spec(config.spec)
+        hub_id = not Path(source.base).is_absolute()  # folders (bundled ones too) resolve to absolute paths
+        if hub_id and not _in_hub_cache(source.base):
+            raise TrainError(f"--model {config.spec}: {source.base} is neither a folder nor in the local Hugging "
+                             "Face cache; download it first (huggingface-cli download ...) or give a folder")
+        return source
+    except TrainError:
+        raise
+    except MleforgeError as exc:
+        raise TrainError(f"--model {config.spec}: {exc}") from None
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except ValueError:  # not a valid repo id
+        return False
+
+
+def base_spec_of(config: ModelConfig) -> str:
+    """How a checkpoint trained from `config.spec` names its base: bundled models by name
+    (portable across machines), folders by absolute path."""
+    kind, name = split_spec(config.spec)
+    if kind == "bundled":
+        return config.spec
+    path = Path(name).expanduser()
+    return f"hf:{path.resolve()}" if path.exists() else f"hf:{name}"
+
+
+def resolve_device(torch: Any, requested: str) -> str:
+    if requested != "auto":
+        if requested == "cuda" and not torch.cuda.is_available():
+            raise TrainError("device cuda was asked for (the gpu-1x preset?), but torch sees no CUDA GPU; "
+                             "use --preset cpu, or install a CUDA build of torch")
+        return requested
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_dtype(torch: Any, requested: str, device: str) -> Any:
+    if requested != "auto":
+        return getattr(torch, requested)
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def resolve_bf16(requested: bool | None, device: str, torch: Any) -> bool:
+    """bf16 mixed precision (autocast): on a GPU that supports it, on a CPU that computes it
+    natively; off elsewhere (None: decide here)."""
+    if requested is not None:
+        return requested
+    if device.startswith("cuda"):
+        return bool(torch.cuda.is_bf16_supported())
+    return cpu_has_bf16()
+
+
+@dataclass
+class TrainableModel:
+    """A loaded model ready for a trainer. `peft_config` is the LoRA to train (None: train
+    every weight); `base_spec` is what checkpoints name as their base."""
+
+    model: Any
+    tokenizer: Any
+    peft_config: Any
+    source: ModelSource
+    base_spec: str
+    device: str
+
+    @property
+    def full(self) -> bool:
+        return self.peft_config is None
+
+
+def load_for_training(config: ModelConfig) -> TrainableModel:
+    """Load `config.spec` (see the module docstring) in float32 on a CPU, bfloat16 on a GPU
+    that has it; the adapters of a checkpoint are merged into the weights."""
+    require_train_extra("training a model")
+    import torch
+    import transformers
+
+    check_model(config)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    device = resolve_device(torch, config.device)
+    dtype = resolve_dtype(torch, config.dtype, device)
+    kind, name = split_spec(config.spec)
+    try:
+        if kind == "hf" and name.endswith(".gguf"):
+            path = Path(name).expanduser().resolve()
+            source = ModelSource(config.spec, str(path.parent), (), str(path.parent))
+            options: dict[str, Any] = {"gguf_file": path.name}
+            tokenizer = transformers.AutoTokenizer.from_pretrained(path.parent, **options)
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                path.parent, dtype=dtype, quantization_config=transformers.GgufConfig(dequantize=True), **options)
+        else:
+            source = resolve_model(config.spec)
+            tokenizer = transformers.AutoTokenizer.from_pretrained(source.tokenizer, local_files_only=True)
+            model = transformers.AutoModelForCausalLM.from_pretrained(source.base, dtype=dtype, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise TrainError(f"--model {config.spec} does not load: {exc}") from None
+    if source.adapters:
+        import peft
+
+        for adapter in source.adapters:
+            model = peft.PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise TrainError(f"--model {config.spec}: its tokenizer has no chat template; train an instruct (chat) model")
+    model.to(device)
+    peft_config = None if config.full else lora_config(config)
+    return TrainableModel(model, tokenizer, peft_config, source, base_spec_of(config), device)
+
+
+def lora_config(config: ModelConfig) -> Any:
+    import peft
+
+    targets: Any = config.target_modules
+    if targets != "all-linear":
+        targets = [t.strip() for t in targets.split(",") if t.strip()]
+    return peft.LoraConfig(r=config.lora_rank, lora_alpha=config.alpha, lora_dropout=config.lora_dropout,
+                           target_modules=targets, task_type="CAUSAL_LM", bias="none")
+
+
+def trainable_parameters(model: Any) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def save_trained(model: Any, tokenizer: Any, folder: str | Path, *, full: bool, base_spec: str) -> Path:
+    """Write the trained weights (the adapter alone under LoRA), the tokenizer and the
+    checkpoint marker into `folder`; `hf:<folder>` then loads it."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    unwrapped = model
+    if full and hasattr(model, "merge_and_unload"):  # a PeftModel trained in full: save the merged whole
+        unwrapped = model.merge_and_unload()
+    unwrapped.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    write_marker(folder, weights="full" if full else "adapter", base=base_spec)
+    return folder

@@ -1,0 +1,64 @@
+"""Progress people watch: a rich bar with the step, an ETA and the figures of the last step.
+
+`RichProgress` is a transformers TrainerCallback built on first use (transformers is an
+extra); `set_figures` lets the trainer's own code (the GRPO feedback) show what a step did.
+Output goes to stderr, so stdout stays for `--json` and tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def progress_callback(title: str, *, enabled: bool = True) -> Any:
+    """A TrainerCallback that draws a rich progress bar (nothing when `enabled` is False)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from transformers import TrainerCallback
+
+    from mleforge.cli.output import err_console
+
+    class RichProgress(TrainerCallback):
+        def __init__(self) -> None:
+            self.progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[figures]}"),
+                console=err_console, disable=not enabled,
+            )
+            self.bar: Any = None
+            self.figures = ""
+
+        def set_figures(self, text: str) -> None:
+            self.figures = text
+            if self.bar is not None:
+                self.progress.update(self.bar, figures=text)
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.is_world_process_zero and self.bar is None:
+                self.progress.start()
+                self.bar = self.progress.add_task(title, total=state.max_steps, completed=state.global_step,
+                                                  figures=self.figures)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.bar is not None:
+                self.progress.update(self.bar, completed=state.global_step)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if self.bar is not None and logs and "loss" in logs and not self.figures:
+                self.progress.update(self.bar, figures=f"loss {logs['loss']:.4f}")
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.close()
+
+        def close(self) -> None:
+            if self.bar is not None:
+                self.progress.stop()
+                self.bar = None
+
+    return RichProgress()

@@ -1,0 +1,213 @@
+"""`mleforge sft`: fine-tune a model on expert samples (ML-Agent's exploration-enriched SFT).
+
+TRL's SFTTrainer on the samples (mleforge.train.samples), the loss on the completion only
+(the action given the state), LoRA by default or every weight, on a CPU or a GPU. The run
+directory holds
+
+    run.json          kind "sft", the tasks the samples came from (the contamination guard
+                      reads them), the model, the sample counts, the loss before and after
+    config.yaml       the full SFTConfig
+    metrics.jsonl     one line per optimizer step: step, loss, learning rate
+    checkpoints/      TRL checkpoints (resumed from when the command runs again)
+    model/            the result: the adapter (or the whole model), its tokenizer and the
+                      marker naming the base; `hf:<run>/model` loads it
+
+Running the same command again resumes from the last complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mleforge.eval.contamination import CHECKPOINT_RECORD, RUN_RECORD
+from mleforge.train.checkpoints import atomic_write, checkpoint_callback, last_checkpoint
+from mleforge.train.config import SFTConfig
+from mleforge.train.errors import TrainError
+from mleforge.train.model import (
+    check_model,
+    load_for_training,
+    require_train_extra,
+    resolve_bf16,
+    save_trained,
+)
+from mleforge.train.samples import SFTSample, fit_samples, read_samples, tasks_of
+
+MODEL_DIR = "model"
+CHECKPOINTS_DIR = "checkpoints"
+LOSS_SAMPLES = 32  # samples the loss before/after is measured on (a seeded subset)
+
+
+@dataclass(frozen=True)
+class SFTResult:
+    run_dir: str
+    model_dir: str
+    samples: int
+    dropped_long: int
+    steps: int
+    loss_before: float
+    loss_after: float
+    wall_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def completion_loss(model: Any, tokenizer: Any, samples: Sequence[SFTSample]) -> float:
+    """Mean negative log-likelihood per completion token of `samples` (the SFT objective),
+    with the model in eval mode and no gradients."""
+    import torch
+
+    total, count = 0.0, 0
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for sample in samples:
+                prompt = tokenizer.apply_chat_template(list(sample.prompt), add_generation_prompt=True,
+                                                       tokenize=True, return_dict=True)["input_ids"]
+                full = tokenizer.apply_chat_template([*sample.prompt, *sample.completion], tokenize=True,
+                                                     return_dict=True)["input_ids"]
+                ids = torch.tensor([full], device=model.device)
+                labels = ids.clone()
+                labels[:, :len(prompt)] = -100
+                n = int((labels[:, 1:] != -100).sum())
+                if n == 0:
+                    continue
+                loss = model(input_ids=ids, labels=labels).loss
+                total += float(loss) * n
+                count += n
+    finally:
+        model.train(was_training)
+    if not count:
+        raise TrainError("no sample has a completion token after its prompt; check the chat template")
+    return total / count
+
+
+def _loss_subset(samples: Sequence[SFTSample], seed: int) -> list[SFTSample]:
+    if len(samples) <= LOSS_SAMPLES:
+        return list(samples)
+    return random.Random(seed).sample(list(samples), LOSS_SAMPLES)
+
+
+def _metrics_callback(path: Path) -> Any:
+    from transformers import TrainerCallback
+
+    class LossLog(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.is_world_process_zero and logs and "loss" in logs:
+                line = {"step": state.global_step, "loss": logs["loss"], "learning_rate": logs.get("learning_rate")}
+                with open(path, "a", encoding="utf-8") as handle:
+                    handle.write(json.dumps(line) + "\n")
+
+    return LossLog()
+
+
+def run_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
+    """Fine-tune `config.model` on `config.samples` into `config.out` (see the module
+    docstring); resumes from the run's last complete checkpoint."""
+    started = time.monotonic()
+    require_train_extra("mleforge sft")
+    samples = read_samples(config.samples, config.stages)  # malformed samples are refused before loading
+    check_model(config.model)
+    run_dir = Path(config.out).expanduser().resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _check_same_run(run_dir, config)
+    done = _finished(run_dir)
+    if done is not None:  # the same command again, after the run ended: nothing to redo
+        return done
+
+    import trl
+    from datasets import Dataset
+
+    loaded = load_for_training(config.model)
+    kept, dropped = fit_samples(samples, loaded.tokenizer, config.max_length)
+    if not kept:
+        raise TrainError(f"every sample is longer than max_length={config.max_length} tokens; raise "
+                         "--max-length or collect with a compact prompt")
+    subset = _loss_subset(kept, config.seed)
+    loss_before = completion_loss(loaded.model, loaded.tokenizer, subset)
+    tasks = tasks_of(kept)
+    record = {"kind": "sft", "tasks": tasks, "model": config.model.spec, "samples": len(kept),
+              "dropped_long": dropped, "samples_path": str(Path(config.samples).expanduser().resolve())}
+    atomic_write(run_dir / RUN_RECORD, json.dumps({**record, "status": "running"}, indent=1))
+    dataset = Dataset.from_list([{"prompt": list(s.prompt), "completion": list(s.completion)} for s in kept])
+    bf16 = resolve_bf16(config.bf16, loaded.device, _torch())
+    args = trl.SFTConfig(
+        output_dir=str(run_dir / CHECKPOINTS_DIR), num_train_epochs=config.epochs,
+        max_steps=config.max_steps or -1, learning_rate=config.lr, lr_scheduler_type="cosine",
+        per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.grad_accum,
+        max_length=None,  # too-long samples were left out above; none is cut
+        completion_only_loss=True, logging_steps=1, save_steps=config.save_steps, save_total_limit=2,
+        report_to="none", disable_tqdm=True, bf16=bf16, fp16=False, seed=config.seed, data_seed=config.seed,
+        gradient_checkpointing=config.model.gradient_checkpointing, use_cpu=loaded.device == "cpu",
+        dataset_num_proc=None,
+    )
+    trainer = trl.SFTTrainer(
+        model=loaded.model, args=args, train_dataset=dataset, processing_class=loaded.tokenizer,
+        peft_config=loaded.peft_config,
+    )
+    from transformers import PrinterCallback, ProgressCallback
+
+    from mleforge.train.progress import progress_callback
+
+    for printer in (PrinterCallback, ProgressCallback):  # our own bar and metrics.jsonl instead
+        trainer.remove_callback(printer)
+
+    bar = progress_callback(f"sft {config.model.spec}", enabled=progress)
+    for callback in (bar, _metrics_callback(run_dir / "metrics.jsonl"),
+                     checkpoint_callback(full=loaded.full, base_spec=loaded.base_spec, run_record=record)):
+        trainer.add_callback(callback)
+    resume = last_checkpoint(run_dir / CHECKPOINTS_DIR)
+    try:
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    finally:
+        bar.close()
+    model_dir = save_trained(trainer.model, loaded.tokenizer, run_dir / MODEL_DIR, full=loaded.full,
+                             base_spec=loaded.base_spec)
+    loss_after = completion_loss(trainer.model, loaded.tokenizer, subset)
+    result = SFTResult(str(run_dir), str(model_dir), len(kept), dropped, trainer.state.global_step,
+                       loss_before, loss_after, round(time.monotonic() - started, 2))
+    final = {**record, "status": "done", "steps": result.steps, "loss_before": loss_before,
+             "loss_after": loss_after, "wall_s": result.wall_s}
+    (model_dir / CHECKPOINT_RECORD).write_text(json.dumps(final, indent=1), encoding="utf-8")
+    atomic_write(run_dir / RUN_RECORD, json.dumps(final, indent=1))
+    return result
+
+
+def _finished(run_dir: Path) -> SFTResult | None:
+    try:
+        record = json.loads((run_dir / RUN_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if record.get("status") != "done" or not (run_dir / MODEL_DIR / CHECKPOINT_RECORD).is_file():
+        return None
+    return SFTResult(str(run_dir), str(run_dir / MODEL_DIR), record["samples"], record["dropped_long"],
+                     record["steps"], record["loss_before"], record["loss_after"], record["wall_s"])
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _check_same_run(run_dir: Path, config: SFTConfig) -> None:
+    """A run directory holds one run: the same config resumes it, another one is refused."""
+    path = run_dir / "config.yaml"
+    data = config.to_dict()
+    if path.is_file():
+        saved = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if saved != data:
+            changed = sorted(k for k in data if saved.get(k) != data[k])
+            raise TrainError(f"{run_dir} holds another SFT run (different {', '.join(changed)}); "
+                             "pass another --out, or the same settings to resume it")
+        return
+    atomic_write(path, yaml.safe_dump(data, sort_keys=False))

@@ -1,0 +1,85 @@
+"""`mleforge sft` on a tiny random model: the loss on the samples falls, and the result loads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+
+from mleforge.errors import ConfigError  # noqa: E402
+from mleforge.eval.contamination import check_contamination, read_record  # noqa: E402
+from mleforge.eval.report import write_report  # noqa: E402
+from mleforge.policies import SamplingConfig, make_policy  # noqa: E402
+from mleforge.train.config import ModelConfig, SFTConfig  # noqa: E402
+from mleforge.train.errors import TrainError  # noqa: E402
+from mleforge.train.samples import read_samples  # noqa: E402
+from mleforge.train.sft import run_sft  # noqa: E402
+from tests.train.tiny import sample, tiny_model  # noqa: E402
+
+ANSWER = "Plan: copy the sample.\n```python\nimport pandas as pd\nprint('the model trains on the data')\n```"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_lora_sft_lowers_the_completion_loss_and_writes_a_loadable_checkpoint(tiny, tmp_path):
+    rows = [sample("titanic", "draft", "def add(a, b):", ANSWER), sample("penguins", "improve", "import numpy", ANSWER)]
+    samples = write(tmp_path / "samples.jsonl", rows * 4)
+    config = SFTConfig(samples=str(samples), out=str(tmp_path / "run"), model=ModelConfig(spec=f"hf:{tiny}"),
+                       max_steps=25, lr=2e-2, batch_size=4, grad_accum=1, save_steps=10, seed=1)
+    result = run_sft(config, progress=False)
+    assert result.samples == 8 and result.dropped_long == 0 and result.steps == 25
+    # LoRA cannot sharpen the tiny model's logits much (its norms and head stay frozen), but
+    # the loss on the samples themselves goes down (measured: 5.77 -> 5.56)
+    assert result.loss_after < 0.98 * result.loss_before
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == list(range(1, 26))
+    record = read_record(tmp_path / "run")
+    assert record.kind == "sft" and record.tasks == ("titanic", "penguins")
+    model_dir = tmp_path / "run" / "model"
+    assert (model_dir / "adapter_config.json").is_file() and (model_dir / "mleforge_model.json").is_file()
+    assert check_contamination(f"hf:{model_dir}", ["titanic", "diabetes"]).overlap == ("titanic",)
+    # the same command again: the run is done, nothing is redone
+    assert run_sft(config, progress=False) == result
+    written = write_report([tmp_path / "run"], tmp_path / "report")
+    md = Path(written.markdown).read_text()
+    assert "## Supervised fine-tuning" in md and "sft_loss.png" in md
+    with pytest.raises(TrainError, match="holds another SFT run"):
+        run_sft(SFTConfig(**{**config.__dict__, "lr": 1e-3}), progress=False)
+
+
+def test_full_sft_learns_the_answer_and_hf_loads_it(tiny, tmp_path):
+    rows = [sample("titanic", "draft", "def add(a, b):", ANSWER)]
+    samples = write(tmp_path / "samples.jsonl", rows * 4)
+    config = SFTConfig(samples=str(samples), out=str(tmp_path / "run"),
+                       model=ModelConfig(spec=f"hf:{tiny}", full=True), max_steps=80, lr=1e-2, batch_size=4,
+                       grad_accum=1, seed=1)
+    result = run_sft(config, progress=False)
+    assert result.loss_after < 0.5 * result.loss_before
+    model_dir = tmp_path / "run" / "model"
+    assert (model_dir / "config.json").is_file() and not (model_dir / "adapter_config.json").exists()
+    policy = make_policy(f"hf:{model_dir}", num_threads=1)
+    text = policy.generate([rows[0]["prompt"]], sampling=SamplingConfig(temperature=0, max_new_tokens=6))[0][0].text
+    assert text and ANSWER.startswith(text)
+
+
+def test_bad_samples_are_refused_with_file_and_line(tmp_path):
+    good = sample("titanic", "draft", "q", "a")
+    path = write(tmp_path / "s.jsonl", [good, {**good, "completion": [{"role": "user", "content": "x"}]}])
+    with pytest.raises(ConfigError, match=r"s.jsonl:2: completion\[0\]"):
+        read_samples(path)
+    write(path, [{**good, "stage": "plan"}])
+    with pytest.raises(ConfigError, match="s.jsonl:1: stage must be one of draft, debug, improve"):
+        read_samples(path)
+    with pytest.raises(ConfigError, match="no samples at"):
+        read_samples(tmp_path / "missing.jsonl")
