@@ -263,6 +263,9 @@ class TrainConfig:
         _integer("group_size", self.group_size, 2, "; GRPO compares the rollouts of one state, so a group "
                  "needs at least 2 (--group-size 4 on a CPU)")
         _integer("groups_per_step", self.groups_per_step, 1)
+        # The LP's L is the chance that a group of G rollouts is not all tied: G is this run's group.
+        if self.learnability.group_size != self.group_size:
+            object.__setattr__(self, "learnability", replace(self.learnability, group_size=self.group_size))
         _integer("micro_batch", self.micro_batch, 1)
         if self.sequences_per_step % self.micro_batch:
             raise ConfigError(

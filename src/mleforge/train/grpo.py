@@ -243,7 +243,7 @@ def _executor(config: TrainConfig, folder: Path) -> Any:
 
 def _workers(config: TrainConfig, tasks: tuple[Task, ...]) -> int:
     from mleforge.sandbox import RunLimits
-    from mleforge.sandbox.executor import default_workers
+    from mleforge.sandbox.batch import default_workers
 
     if config.exec_workers is not None:
         return config.exec_workers
