@@ -53,3 +53,32 @@ def build_lora_adapter(base: Path, folder: Path) -> Path:
                 param.normal_(0, 2.0)
     peft_model.save_pretrained(folder)
     return folder
+
+
+def train_lora(base: Path, messages: list[dict[str, str]], answer: str, *, steps: int = 80,
+               seed: int = 0):
+    """A LoRA adapter on the tiny model, trained until its greedy answer to `messages` is
+    `answer`; returns (peft model, tokenizer), the model in eval mode."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base)
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+    target = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    ids = torch.tensor([prompt + target])
+    labels = ids.clone()
+    labels[0, :len(prompt)] = -100  # learn the answer, not the prompt
+    torch.manual_seed(seed)
+    peft_model = get_peft_model(model, LoraConfig(
+        r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                                            "gate_proj", "up_proj", "down_proj"]))
+    optimizer = torch.optim.Adam([p for p in peft_model.parameters() if p.requires_grad], lr=2e-2)
+    for _ in range(steps):
+        peft_model(input_ids=ids, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    peft_model.eval()
+    return peft_model, tokenizer

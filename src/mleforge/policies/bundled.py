@@ -286,6 +286,10 @@ def bundled_policy(name: str, *, models_dir: str | Path | None = None, **options
     if unknown:
         raise ConfigError(f"bundled policy: unknown option(s) {', '.join(unknown)}; "
                           f"known: models_dir, {', '.join(sorted(known))}")
+    if options.get("engine") == "ct2":
+        from mleforge.policies.engines.ct2_convert import import_ctranslate2
+
+        import_ctranslate2()  # name the missing extra before minutes of assembly
     root = Path(models_dir) if models_dir else None
     folder = prepare_bundled(name, root)
     if root is not None and options.get("ct2_cache") is None:

@@ -12,7 +12,6 @@ torch, transformers, peft and ctranslate2 are imported when a model loads, never
 from __future__ import annotations
 
 import gc
-import importlib.util
 import logging
 import random
 import threading
@@ -252,7 +251,9 @@ def choose_engine(config: HFConfig, *, in_memory: bool = False) -> EngineChoice:
         return EngineChoice("ct2", "engine='ct2' was asked for")
     if in_memory:
         return EngineChoice("transformers", "the model is already loaded in memory")
-    if importlib.util.find_spec("ctranslate2") is None:
+    try:
+        import ctranslate2
+    except ImportError:
         return EngineChoice("transformers", "ctranslate2 is not installed "
                                             "(pip install 'mleforge[fast]')")
     if config.trust_remote_code:
@@ -260,8 +261,6 @@ def choose_engine(config: HFConfig, *, in_memory: bool = False) -> EngineChoice:
     device = _device(config)
     if device.startswith("mps"):
         return EngineChoice("transformers", "ctranslate2 does not run on mps")
-    import ctranslate2
-
     if device.startswith("cuda") and ctranslate2.get_cuda_device_count() == 0:
         return EngineChoice("transformers", "this ctranslate2 build sees no CUDA device")
     from mleforge.policies.engines.ct2_convert import architecture_converts
