@@ -268,7 +268,7 @@ def test_auto_takes_ct2_and_says_why(tiny, cache, caplog):
     assert "generates with the ct2 engine" in caplog.text
     assert HFConfig.from_dict(policy.to_dict()) == policy.config
     with pytest.raises(PolicyError, match="holds no transformers model"):
-        policy.hf_model
+        _ = policy.hf_model
     trainer = local(tiny, "transformers")
     wrapped = HFPolicy(HFConfig(model="trainer", engine="auto"), model=trainer.hf_model,
                        tokenizer=trainer.tokenizer)
