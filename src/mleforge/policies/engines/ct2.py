@@ -131,6 +131,11 @@ class Ct2Engine:
         return self._folder
 
     @property
+    def generator(self) -> Any:
+        """The `ctranslate2.Generator` (benchmarks drive it directly, at fixed lengths)."""
+        return self._generator
+
+    @property
     def context_length(self) -> int | None:
         return self._context
 
