@@ -8,10 +8,13 @@ How it generates (each choice measured; see benchmarks/policies.py):
 - The prompt goes in whole (`include_prompt_in_result=False`): ctranslate2 then forwards it in
   one pass instead of one decoding step per prompt token.
 - The n samples of one prompt are one input with `num_hypotheses=n`: the prompt is prefilled
-  once and its state copied n times. n copies of the prompt would prefill it n times (on a
-  2,000-token prompt, 4 copies took 5.6x as long as one prompt with 4 hypotheses).
+  once and its state copied n times. n copies of the prompt would prefill it n times
+  (SmolLM2 int8, a 2,064-token prompt, 16 new tokens, 1 thread: 98 s for 4 copies, 17 s for
+  one prompt with 4 hypotheses).
 - Prompts share a batch only when their lengths differ by at most RAGGED_TOKENS: ctranslate2
-  prefills a batch up to its shortest prompt and feeds the rest one decoding step at a time.
+  prefills a batch up to its shortest prompt and feeds the rest one decoding step at a time
+  (same setting: 4 prompts 0, 50, 100 and 150 tokens shorter than 2,064 took 165 s batched,
+  against 98 s for 4 equal ones).
 - Stop strings end a row early through the per-token callback, as `stop_strings` does in
   transformers, and the same callback collects each token's log-probability when asked.
 - Seeds: ctranslate2 seeds a generator thread's random numbers once, at its first sample, from
