@@ -64,9 +64,17 @@ def accounting(out):
             for got in out]
 
 
-def test_float32_greedy_matches_transformers_token_for_token(tiny, cache):
-    reference = local(tiny, "transformers")
-    fast = local(tiny, "ct2", cache, quantization="float32")
+@pytest.fixture(scope="module")
+def tiny_qwen(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen") / "model", "qwen2")
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+def test_float32_greedy_matches_transformers_token_for_token(architecture, tiny, tiny_qwen,
+                                                             cache):
+    model = {"llama": tiny, "qwen2": tiny_qwen}[architecture]
+    reference = local(model, "transformers")
+    fast = local(model, "ct2", cache, quantization="float32")
     prompts = [ask("add two numbers"), ask("import numpy as np and pandas as pd, then train")]
     assert accounting(fast.generate(prompts, sampling=GREEDY)) == \
         accounting(reference.generate(prompts, sampling=GREEDY))
