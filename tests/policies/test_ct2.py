@@ -263,6 +263,9 @@ def test_the_cache_key_follows_the_weights(tiny, tmp_path, monkeypatch):
 
     monkeypatch.setattr(ct2_convert, "_sha256", no_hashing)
     assert weights_sha256(model, None, memo) == digest  # remembered by path, size, inode, mtime
+    for name in ("optimizer.pt", "training_args.bin", "trainer_state.json"):  # checkpoint extras
+        (model / name).write_bytes(b"state")
+    assert weights_sha256(model, None, memo) == digest
     monkeypatch.undo()
     (model / "model.safetensors").write_bytes((model / "model.safetensors").read_bytes() + b" ")
     assert weights_sha256(model, None, memo) != digest

@@ -323,6 +323,12 @@ def _ct2_engine(config: HFConfig, model: Any, tokenizer: Any) -> tuple[Engine, A
     )
 
     device = _device(config)
+    if device.startswith("cuda"):
+        import ctranslate2
+
+        if ctranslate2.get_cuda_device_count() == 0:  # not a broken conversion: say so now
+            raise PolicyError("this ctranslate2 build sees no CUDA device; pass device='cpu' "
+                              "or engine='transformers'")
     options = {"device": device, "num_threads": config.num_threads,
                "max_batch_size": config.max_batch_size}
     quantization = config.quantization or default_quantization(device.split(":")[0])

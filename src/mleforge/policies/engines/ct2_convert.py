@@ -242,8 +242,10 @@ def _build(config: HFConfig, source: Path, adapter: Path | None, folder: Path, d
         (staging / CT2_MARKER).write_text(json.dumps(marker, indent=1))  # last: complete
         for path in (staging, *staging.iterdir()):  # private by default; the cache may be shared
             path.chmod(0o755 if path.is_dir() else 0o644)
+        if check_conversion(folder, digest, quantization) is None:
+            return  # another process finished first: keep theirs
         if folder.exists():
-            shutil.rmtree(folder)  # unusable (checked by the caller)
+            shutil.rmtree(folder)  # unusable
         try:
             os.rename(staging, folder)
         except OSError:
@@ -317,7 +319,7 @@ def local_model_folder(config: HFConfig) -> Path:
 
 
 def weights_sha256(model: Path, adapter: Path | None, memo: Path) -> str:
-    """One SHA-256 over the model folder's files and the adapter's (names and contents).
+    """One SHA-256 over the model folder's model files and the adapter's (names, contents).
 
     Hashing a 2.5 GB folder takes ~15 s on a busy CPU, so each file's hash is remembered in
     `memo` under its path, size, inode and modification time, and computed again only when
@@ -328,7 +330,7 @@ def weights_sha256(model: Path, adapter: Path | None, memo: Path) -> str:
     whole = hashlib.sha256()
     folders = [("", model)] + ([("adapter/", adapter)] if adapter is not None else [])
     for prefix, folder in folders:
-        for path in sorted(p for p in folder.rglob("*") if _is_weights_file(p, folder)):
+        for path in sorted(p for p in folder.iterdir() if _is_model_file(p)):
             real = path.resolve()  # hub snapshots are links into a blob store
             stat = real.stat()
             key = f"{real}:{stat.st_size}:{stat.st_ino}:{stat.st_mtime_ns}"
@@ -339,12 +341,20 @@ def weights_sha256(model: Path, adapter: Path | None, memo: Path) -> str:
     return whole.hexdigest()
 
 
-def _is_weights_file(path: Path, folder: Path) -> bool:
+_MODEL_SUFFIXES = (".json", ".safetensors", ".txt", ".model", ".jinja", ".tiktoken")
+_NOT_MODEL = ("trainer_state.json",)  # what a training checkpoint keeps beside its weights
+
+
+def _is_model_file(path: Path) -> bool:
+    """Weights, configs and tokenizer files: what a conversion reads. Not a checkpoint's
+    optimizer state, not the bundled converter's marker (it names a library version)."""
     from mleforge.policies.bundled import MARKER
 
-    relative = path.relative_to(folder)
-    hidden = any(part.startswith(".") for part in relative.parts)
-    return path.is_file() and not hidden and path.name != MARKER  # MARKER names a version
+    if not path.is_file() or path.name.startswith(".") or path.name in (MARKER, *_NOT_MODEL):
+        return False
+    if path.suffix == ".bin":  # pytorch_model*.bin or adapter_model.bin, not training_args.bin
+        return path.name.startswith(("pytorch_model", "adapter_model"))
+    return path.suffix in _MODEL_SUFFIXES
 
 
 def _sha256(path: Path) -> str:
