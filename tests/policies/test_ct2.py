@@ -21,7 +21,7 @@ pytest.importorskip("ctranslate2")
 import torch  # noqa: E402
 
 from mleforge.policies import PolicyError, SamplingConfig, make_policy  # noqa: E402
-from mleforge.policies.engines.ct2 import Ct2Engine  # noqa: E402
+from mleforge.policies.engines.ct2 import Ct2Engine, refresh_engine  # noqa: E402
 from mleforge.policies.engines.ct2_convert import (  # noqa: E402
     CT2_MARKER,
     _file_record,
@@ -177,7 +177,8 @@ def test_in_memory_conversion_leaves_the_model_alone_and_syncs(tiny):
     assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
     assert all(hasattr(layer, "self_attn") for layer in model.get_base_model().model.layers)
 
-    engine = Ct2Engine.from_model(model, tokenizer, quantization="float32", num_threads=1)
+    engine, first = refresh_engine(model, tokenizer, quantization="float32", num_threads=1)
+    assert first.quantization == "float32" and first.bytes > 0
     policy = HFPolicy(HFConfig(model="trainer", engine="transformers"), model=model,
                       tokenizer=tokenizer)
     ids = policy.prompt_ids(prompt)
@@ -192,7 +193,8 @@ def test_in_memory_conversion_leaves_the_model_alone_and_syncs(tiny):
                 param.mul_(-1.0)
     assert greedy(engine) != greedy(policy.engine)  # stale until synced
     old = engine.folder
-    report = engine.sync(model)
+    same, report = refresh_engine(model, tokenizer, engine)
+    assert same is engine
     assert greedy(engine) == greedy(policy.engine)
     assert not old.exists() and engine.folder.is_dir()
     assert report.convert_s > 0 and report.load_s > 0 and report.bytes > 0

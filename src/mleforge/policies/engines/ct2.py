@@ -3,6 +3,7 @@
     engine = Ct2Engine(folder, tokenizer, eos_ids)            # a cached conversion (ct2_convert)
     engine = Ct2Engine.from_model(model, tokenizer)           # a trainer's model, in memory
     report = engine.sync(model)                               # after each optimizer step
+    engine, report = refresh_engine(model, tokenizer, engine) # the same, one call for both
 
 How it generates (each choice measured; see benchmarks/policies.py):
 - The prompt goes in whole (`include_prompt_in_result=False`): ctranslate2 then forwards it in
@@ -227,6 +228,22 @@ class Ct2Engine:
             raise rows.error
         return [[rows.sample(b, h, latency) for h in range(hypotheses)]
                 for b in range(len(prompts))]
+
+
+def refresh_engine(model: Any, tokenizer: Any, engine: Ct2Engine | None = None,
+                   **options: Any) -> tuple[Ct2Engine, SyncReport]:
+    """What a GRPO trainer calls after each optimizer step: a ct2 engine on `model`'s current
+    weights (LoRA merged, the model left as it is) and what the hand-over cost.
+
+    The first call (`engine=None`) builds one (`options` go to `Ct2Engine.from_model`:
+    quantization, device, num_threads, max_batch_size); later calls sync that engine.
+    """
+    if engine is None:
+        engine = Ct2Engine.from_model(model, tokenizer, **options)
+        return engine, engine.last_sync  # type: ignore[return-value]
+    if options:
+        raise ValueError(f"options ({', '.join(options)}) are fixed when the engine is built")
+    return engine, engine.sync(model)
 
 
 class _Rows:
