@@ -1,12 +1,27 @@
-"""How long the bundled models take to get ready, and how fast they generate on this machine.
+"""How long the bundled models take to get ready, and how fast each engine generates with them.
 
-    python benchmarks/policies.py --out policies.json               # the real cache, as users get it
-    python benchmarks/policies.py --fresh --out policies.json       # time assembly and conversion too
-    python benchmarks/policies.py --models smollm2-135m --threads 1 2 --batches 1 4 --tokens 64
+    python benchmarks/policies.py --out policies.json                  # everything (long: see below)
+    python benchmarks/policies.py --fresh --out policies.json          # time assembly and conversions
+    python benchmarks/policies.py --models smollm2-135m --prompts short \\
+        --engines transformers-float32 ct2-int8 --batches 1 4 --group 4 --tokens 16
 
-Stages: importing torch + transformers, assemble (parts -> verified GGUF), convert (GGUF ->
-transformers folder), first load, second load (the OS has the files cached), then generation of exactly `--tokens`
-new tokens per sequence (sampling, end-of-sequence ignored) for each batch size and thread count.
+Stages per model: assemble (parts -> verified GGUF), convert (GGUF -> transformers folder),
+then per engine: load (for ct2, with the conversion to CTranslate2 timed apart when it is not
+cached) and generation. Engines: transformers in float32 and bfloat16, ct2 int8 and float32.
+Prompts: `short` (two chat lines) and `improve`, the agent's real improve prompt for titanic
+(~3,900 SmolLM2 tokens: one step of the template expert is run to get a journal to improve).
+
+For each prompt, at every `--batches` size (copies of the prompt, prefilled separately by
+either engine) and for one prompt with `--group` samples (a GRPO group: transformers expands
+the prompt G times, ct2 prefills it once with `num_hypotheses`), it times exactly one new token
+(the prefill) and exactly `--tokens` new tokens (sampling at temperature 0.7, end-of-sequence
+ignored), and reports prefill seconds, tokens/s over the whole call and decode tokens/s after
+the prefill. For ct2 it also measures what a GRPO trainer would get from it as a rollout
+engine: the gap between its per-token log-probabilities and the float32 transformers model's
+on its own samples (TRL's importance-sampling correction works on exactly that gap), and the
+cost of handing it new in-memory weights (`Ct2Engine.sync`). The full default run (both
+models, four engines, both prompts) takes an hour or more on 2 CPU cores, mostly transformers
+on the long prompt.
 """
 
 from __future__ import annotations
@@ -15,14 +30,16 @@ import argparse
 import json
 import os
 import platform
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
+from _policy_tables import console
 from mleforge.policies.bundled import (
     BUNDLED,
     assemble,
@@ -33,9 +50,16 @@ from mleforge.policies.bundled import (
 )
 from mleforge.policies.hf import HFConfig, HFPolicy, import_torch_transformers
 
-PROMPT = [{"role": "system", "content": "You are a helpful Python programmer."},
-          {"role": "user", "content": "Write a Python function that trains a logistic regression "
-                                      "on a CSV file and writes predictions."}]
+SHORT = [{"role": "system", "content": "You are a helpful Python programmer."},
+         {"role": "user", "content": "Write a Python function that trains a logistic regression "
+                                     "on a CSV file and writes predictions."}]
+ENGINES = {  # name -> HFConfig options
+    "transformers-float32": {"engine": "transformers", "dtype": "float32"},
+    "transformers-bfloat16": {"engine": "transformers", "dtype": "bfloat16"},
+    "ct2-int8": {"engine": "ct2", "quantization": "int8"},
+    "ct2-float32": {"engine": "ct2", "quantization": "float32"},
+}
+TEMPERATURE = 0.7
 
 
 def timed(fn, *args, **kwargs) -> tuple[Any, float]:
@@ -44,64 +68,200 @@ def timed(fn, *args, **kwargs) -> tuple[Any, float]:
     return result, time.perf_counter() - started
 
 
-def tokens_per_s(policy: HFPolicy, batch: int, tokens: int, threads: int) -> dict[str, float]:
-    """Throughput of generating exactly `tokens` tokens for `batch` copies of one prompt."""
+def improve_prompt(work: Path) -> list[dict[str, str]]:
+    """The prompt the agent sees to improve a first titanic solution: one template step
+    through the real CLI, then the improve state of the node it wrote."""
+    from mleforge.agent.journal import Journal
+    from mleforge.agent.prompts import render_prompt
+    from mleforge.agent.state import State
+    from mleforge.tasks.registry import TaskRegistry
+
+    run_dir = work / "template-run"
+    subprocess.run([sys.executable, "-m", "mleforge", "run", "--task", "titanic", "--policy",
+                    "template", "--steps", "1", "--run-dir", str(run_dir), "--json"],
+                   check=True, capture_output=True, text=True)
+    journal = Journal.load(run_dir / "journal.json")
+    state = State.after(journal, journal.nodes[-1])
+    if state is None or state.stage != "improve":
+        raise SystemExit("the template's first titanic node was not valid; no improve prompt")
+    return list(render_prompt(state, TaskRegistry().get("titanic")))
+
+
+# --- one engine, fixed lengths ---
+
+
+def transformers_run(policy: HFPolicy, ids: list[int], copies: int, group: int, tokens: int,
+                     threads: int) -> float:
+    """Seconds to generate exactly `tokens` tokens for `copies` prompts x `group` samples."""
     import torch
 
-    model, tokenizer = policy.hf_model, policy.tokenizer
-    text = tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True, tokenize=False)
-    encoded = tokenizer([text] * batch, return_tensors="pt", padding=True, padding_side="left",
-                        add_special_tokens=False)
+    model = policy.hf_model
+    encoded = {"input_ids": torch.tensor([ids] * copies),
+               "attention_mask": torch.ones(copies, len(ids), dtype=torch.long)}
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         with torch.inference_mode():
             torch.manual_seed(0)
             _, seconds = timed(model.generate, **encoded, max_new_tokens=tokens,
-                               min_new_tokens=tokens, do_sample=True, temperature=0.7, top_k=0,
-                               pad_token_id=tokenizer.pad_token_id)
+                               min_new_tokens=tokens, num_return_sequences=group, do_sample=True,
+                               temperature=TEMPERATURE, top_k=0,
+                               pad_token_id=policy.engine.eos_ids[0])
     finally:
         torch.set_num_threads(previous)
-    return {"batch": batch, "threads": threads, "tokens": batch * tokens, "seconds": seconds,
-            "tokens_per_s": batch * tokens / seconds}
+    return seconds
 
 
-def bench_model(name: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+def ct2_run(policy: HFPolicy, ids: list[int], copies: int, group: int, tokens: int,
+            threads: int) -> float:
+    """The same with ctranslate2 (its threads are fixed when the policy loads: `threads`)."""
+    start = policy.tokenizer.convert_ids_to_tokens(ids)
+    _, seconds = timed(policy.engine.generator.generate_batch, [start] * copies,
+                       max_length=tokens, min_length=tokens, num_hypotheses=group,
+                       include_prompt_in_result=False, sampling_topk=0,
+                       sampling_temperature=TEMPERATURE)
+    return seconds
+
+
+def measure(run, policy: HFPolicy, ids: list[int], copies: int, group: int, tokens: int,
+            threads: int) -> dict[str, Any]:
+    prefill_s = run(policy, ids, copies, group, 1, threads)
+    total_s = run(policy, ids, copies, group, tokens, threads)
+    sequences = copies * group
+    decode_s = total_s - prefill_s  # not positive when the two calls' noise exceeds the decode
+    return {"sequences": sequences, "tokens": sequences * tokens, "prefill_s": prefill_s,
+            "total_s": total_s, "tokens_per_s": sequences * tokens / total_s,
+            "decode_tokens_per_s": sequences * (tokens - 1) / decode_s if decode_s > 0 else None}
+
+
+def logprob_mismatch(policy: HFPolicy, reference: Any, ids: list[int], samples: int,
+                     tokens: int) -> dict[str, Any]:
+    """How far the engine's own log-probabilities of its samples (what a rollout engine hands
+    TRL) are from the float32 transformers model's (what TRL trains on), at temperature 1."""
+    import torch
+
+    from mleforge.policies import SamplingConfig
+
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=tokens, seed=0)
+    drawn = policy.engine.generate([ids], samples, sampling, seed=0, logprobs=True).samples[0]
+    token_gaps, sequence_gaps = [], []
+    for sample in drawn:
+        sequence = torch.tensor([ids + list(sample.token_ids)])
+        with torch.inference_mode():
+            logits = reference(sequence).logits[0, len(ids) - 1:-1].float()
+        exact = torch.log_softmax(logits, -1).gather(
+            1, torch.tensor(sample.token_ids)[:, None])[:, 0]
+        gap = torch.tensor(sample.logprobs) - exact
+        token_gaps += gap.abs().tolist()
+        sequence_gaps.append(gap.sum().item())
+    return {"samples": samples, "tokens": len(token_gaps),
+            "mean_abs_token_gap": sum(token_gaps) / len(token_gaps),
+            "max_abs_token_gap": max(token_gaps),
+            "sequence_log_ratios": sequence_gaps}  # log p_engine - log p_reference per sample
+
+
+def sync_cost(reference: Any, tokenizer: Any, quantization: str, threads: int) -> dict[str, Any]:
+    """What a GRPO step would pay to hand the trainer's in-memory model to a ct2 engine."""
+    from mleforge.policies.engines.ct2 import Ct2Engine
+
+    engine, first_s = timed(Ct2Engine.from_model, reference, tokenizer,
+                            quantization=quantization, num_threads=threads)
+    report = engine.sync(reference)
+    engine.close()
+    return {"first_s": first_s, **report.to_dict()}
+
+
+def bench_engine(model_name: str, folder: Path, engine: str, prompts: dict[str, list],
+                 args: argparse.Namespace, ct2_cache: Path, reference: Any) -> list[dict[str, Any]]:
+    results = []
+    for threads in args.threads:
+        config = HFConfig(model=str(folder), name=model_name, device="cpu", num_threads=threads,
+                          ct2_cache=str(ct2_cache) if engine.startswith("ct2") else None,
+                          **ENGINES[engine])
+        policy, load_s = timed(HFPolicy, config)
+        used = policy.to_dict()["engine_used"]
+        conversion = getattr(policy.engine, "conversion", None)
+        convert_s = conversion.convert_s if conversion is not None and conversion.built else None
+        run = ct2_run if engine.startswith("ct2") else transformers_run
+        entry = {"model": model_name, "engine": engine, "threads": threads,
+                 "convert_s": convert_s,
+                 "load_s": load_s - (convert_s or 0.0), "engine_used": used, "runs": []}
+        for prompt_name, messages in prompts.items():
+            ids = policy.prompt_ids(messages)
+            shapes = [("batch", b) for b in args.batches]
+            shapes += [("group", args.group)] if args.group else []
+            for mode, size in shapes:
+                copies, group = (size, 1) if mode == "batch" else (1, size)
+                got = measure(run, policy, ids, copies, group, args.tokens, threads)
+                entry["runs"].append({"prompt": prompt_name, "prompt_tokens": len(ids),
+                                      "mode": mode, "size": size, **got})
+                print(f"{model_name} {engine} t{threads} {prompt_name} {mode} {size}: "
+                      f"prefill {got['prefill_s']:.2f}s, {got['tokens_per_s']:.1f} tok/s",
+                      file=sys.stderr, flush=True)
+        if engine.startswith("ct2") and reference is not None:
+            entry["mismatch"] = logprob_mismatch(policy, reference, policy.prompt_ids(SHORT),
+                                                 max(args.group, 2), args.tokens)
+            entry["sync"] = sync_cost(reference, policy.tokenizer, ENGINES[engine]["quantization"],
+                                      threads)
+        policy.close()
+        results.append(entry)
+    return results
+
+
+def bench_model(name: str, root: Path, prompts: dict[str, list],
+                args: argparse.Namespace) -> dict[str, Any]:
     model = get_bundled(name)
     gguf_ready = (root / name / model.gguf_file).is_file()
     _, assemble_s = timed(assemble, model, root)
     hf_ready = is_converted(root / name / "hf", model)
     folder, convert_s = timed(convert, model, root)
-    config = HFConfig(model=str(folder), name=name, device="cpu")
-    policy, first_load_s = timed(HFPolicy, config)
-    policy.close()
-    policy, second_load_s = timed(HFPolicy, config)
-    runs = [tokens_per_s(policy, batch, args.tokens, threads)
-            for threads in args.threads for batch in args.batches]
-    policy.close()
+    reference = None
+    if args.mismatch and any(e.startswith("ct2") for e in args.engines):
+        from mleforge.policies.engines.transformers import load_model
+
+        # The trainer's view: float32 transformers, for log-probabilities and the sync.
+        reference, _ = load_model(HFConfig(model=str(folder)), device="cpu", dtype="float32")
+    engines = []
+    for engine in args.engines:
+        engines += bench_engine(name, folder, engine, prompts, args, root / "ct2", reference)
     return {"model": name, "assemble_s": None if gguf_ready else assemble_s,
-            "convert_s": None if hf_ready else convert_s, "first_load_s": first_load_s,
-            "second_load_s": second_load_s, "generation": runs}
+            "hf_convert_s": None if hf_ready else convert_s, "engines": engines}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(BUNDLED), choices=list(BUNDLED))
+    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
+    parser.add_argument("--prompts", nargs="+", default=["short", "improve"],
+                        choices=["short", "improve"])
     parser.add_argument("--fresh", action="store_true",
-                        help="use an empty temporary cache, so assembly and conversion are timed")
-    parser.add_argument("--batches", nargs="+", type=int, default=[1, 4])
-    parser.add_argument("--threads", nargs="+", type=int, default=[1, os.cpu_count() or 1])
+                        help="use an empty temporary cache, so assembly and conversions are timed")
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 4, 8])
+    parser.add_argument("--group", type=int, default=4,
+                        help="samples of one prompt (a GRPO group); 0 to skip")
+    parser.add_argument("--threads", nargs="+", type=int, default=[os.cpu_count() or 1])
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--no-mismatch", dest="mismatch", action="store_false",
+                        help="skip the ct2 log-probability gap and weight-sync measurements")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.tokens < 2:
+        parser.error("--tokens must be at least 2 (one token is the prefill)")
 
     _, import_s = timed(import_torch_transformers)
-    with tempfile.TemporaryDirectory(prefix="mleforge-models-") as temp:
-        root = Path(temp) if args.fresh else models_root()
-        results = [bench_model(name, root, args) for name in args.models]
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="mleforge-bench-") as temp:
+        prompts = {"short": SHORT}
+        if "improve" in args.prompts:
+            prompts["improve"] = improve_prompt(Path(temp))
+        prompts = {k: v for k, v in prompts.items() if k in args.prompts}
+        root = Path(temp) / "models" if args.fresh else models_root()
+        results = [bench_model(name, root, prompts, args) for name in args.models]
     report = {"machine": {"cpus": os.cpu_count(), "processor": platform.processor(),
                           "platform": platform.platform()},
-              "load_average_after": os.getloadavg(), "import_s": import_s, "results": results}
+              "load_average_before": load_before, "load_average_after": os.getloadavg(),
+              "import_s": import_s, "tokens": args.tokens, "temperature": TEMPERATURE,
+              "results": results}
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
     show(results, import_s)
@@ -110,18 +270,39 @@ def main() -> None:
 def show(results: list[dict[str, Any]], import_s: float) -> None:
     seconds = lambda v: "cached" if v is None else f"{v:.1f}"  # noqa: E731
     stages = Table(title=f"Getting ready (seconds; importing torch + transformers: {import_s:.1f})")
-    for column in ("model", "assemble", "convert", "first load", "second load"):
+    for column in ("model", "assemble", "GGUF -> hf", "engine", "threads", "-> ct2", "load"):
         stages.add_column(column)
     speed = Table(title="Generation on CPU (sampling, fixed length)")
-    for column in ("model", "threads", "batch", "tokens", "seconds", "tokens/s"):
+    for column in ("model", "engine", "threads", "prompt", "prompt tokens", "shape", "prefill s",
+                   "total s", "tokens/s", "decode tokens/s"):
         speed.add_column(column)
     for r in results:
-        stages.add_row(r["model"], seconds(r["assemble_s"]), seconds(r["convert_s"]),
-                       seconds(r["first_load_s"]), seconds(r["second_load_s"]))
-        for g in r["generation"]:
-            speed.add_row(r["model"], str(g["threads"]), str(g["batch"]), str(g["tokens"]),
-                          f"{g['seconds']:.1f}", f"{g['tokens_per_s']:.1f}")
-    Console().print(stages, speed)
+        for e in r["engines"]:
+            ct2 = e["engine"].startswith("ct2")
+            stages.add_row(r["model"], seconds(r["assemble_s"]), seconds(r["hf_convert_s"]),
+                           e["engine"], str(e["threads"]),
+                           seconds(e["convert_s"]) if ct2 else "-", f"{e['load_s']:.1f}")
+            for g in e["runs"]:
+                shape = f"batch {g['size']}" if g["mode"] == "batch" else f"1 x {g['size']}"
+                decode = g["decode_tokens_per_s"]
+                speed.add_row(r["model"], e["engine"], str(e["threads"]), g["prompt"],
+                              str(g["prompt_tokens"]), shape, f"{g['prefill_s']:.2f}",
+                              f"{g['total_s']:.2f}", f"{g['tokens_per_s']:.1f}",
+                              "-" if decode is None else f"{decode:.1f}")
+    rollout = Table(title="ct2 as a GRPO rollout engine (short prompt, temperature 1)")
+    for column in ("model", "engine", "mean |dlogp|/token", "max |dlogp|", "sequence log-ratios",
+                   "sync s (convert + load)"):
+        rollout.add_column(column)
+    for r in results:
+        for e in r["engines"]:
+            if "mismatch" in e:
+                m, sync = e["mismatch"], e["sync"]
+                rollout.add_row(r["model"], e["engine"], f"{m['mean_abs_token_gap']:.2g}",
+                                f"{m['max_abs_token_gap']:.2g}",
+                                " ".join(f"{x:+.2f}" for x in m["sequence_log_ratios"]),
+                                f"{sync['total_s']:.1f} ({sync['convert_s']:.1f} + "
+                                f"{sync['load_s']:.1f})")
+    console().print(stages, speed, rollout)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ import torch  # noqa: E402
 
 from mleforge.errors import ConfigError, MissingExtra  # noqa: E402
 from mleforge.policies import Policy, PolicyError, SamplingConfig, make_policy  # noqa: E402
-from mleforge.policies.hf import HFConfig, HFPolicy, plan_batches  # noqa: E402
+from mleforge.policies.engines.base import Sample  # noqa: E402
+from mleforge.policies.engines.transformers import plan_batches, row_end  # noqa: E402
+from mleforge.policies.hf import HFConfig, HFPolicy  # noqa: E402
 from tests.policies.tiny_model import build_lora_adapter, build_tiny_model  # noqa: E402
 
 SAMPLE = SamplingConfig(temperature=1.0, max_new_tokens=12, seed=7)
@@ -201,19 +203,30 @@ def test_missing_transformers_names_the_extra(monkeypatch):
 def test_how_a_row_ended_and_what_it_cost(policy):
     tokenizer = policy.tokenizer
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    eos_ids = (eos,)
     words = tokenizer.encode("import numpy", add_special_tokens=False)
-    ended = lambda tokens, stop=(): policy._completion(  # noqa: E731
-        tokens, SamplingConfig(max_new_tokens=len(tokens), stop=stop), 5, 0.1)
+    n = len(words)
 
-    by_eos = ended([*words, eos, pad, pad])
-    assert (by_eos.text, by_eos.finish_reason, by_eos.completion_tokens) == \
-        ("import numpy", "stop", len(words) + 1)  # the end-of-sequence token was generated
-    by_stop = ended([*words, pad], stop=(" numpy",))
-    assert (by_stop.text, by_stop.finish_reason, by_stop.completion_tokens) == \
-        ("import", "stop", len(words))  # padding after a stop string was not
-    by_length = ended(words)
-    assert (by_length.finish_reason, by_length.completion_tokens) == ("length", len(words))
-    assert ended([eos, pad]).text == "" and ended([eos, pad]).completion_tokens == 1
+    assert row_end([*words, eos, pad, pad], eos_ids, pad, stopped=False) == \
+        ([*words, eos], "stop")  # the end-of-sequence token was generated: it counts
+    assert row_end([*words, pad], eos_ids, pad, stopped=True) == \
+        (words, "stop")  # padding after a stop string does not
+    assert row_end([*words, eos], eos_ids, pad, stopped=True) == (words, "stop")
+    assert row_end(words, eos_ids, pad, stopped=False) == (words, "length")
+    assert row_end(words, eos_ids, pad, stopped=True) == (words, "stop")  # stopped at the end
+    assert row_end([eos, pad], eos_ids, pad, stopped=False) == ([eos], "stop")
+
+    text = lambda tokens, reason, stop=(): policy._completion(  # noqa: E731
+        Sample(tuple(tokens), reason, 0.1), SamplingConfig(max_new_tokens=8, stop=stop), 5)
+    by_eos = text([*words, eos], "stop")
+    assert (by_eos.text, by_eos.finish_reason, by_eos.completion_tokens, by_eos.prompt_tokens) \
+        == ("import numpy", "stop", n + 1, 5)
+    by_stop = text(words, "stop", stop=(" numpy",))
+    assert (by_stop.text, by_stop.finish_reason, by_stop.completion_tokens) == ("import", "stop", n)
+    by_length = text(words, "length")
+    assert (by_length.text, by_length.finish_reason, by_length.completion_tokens) == \
+        ("import numpy", "length", n)
+    assert text([eos], "stop").text == "" and text([eos], "stop").completion_tokens == 1
 
 
 def test_a_prompt_beyond_the_context_is_refused(policy):

@@ -157,7 +157,7 @@ def assemble(model: BundledModel, root: Path | None = None) -> Path:
         return dest  # it got that name only after its hash was verified
     sources = locate_parts(model)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale(dest.parent, f".{dest.name}.")
+    remove_stale_partials(dest.parent, f".{dest.name}.")
     log.info("assembling bundled model %s into %s", model.name, dest)
     handle, temp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".partial")
     try:
@@ -194,10 +194,11 @@ def _copy_part(part: Part, source: Path, out: Any, whole: Any) -> bool:
     return size == part.size and own.hexdigest() == part.sha256
 
 
-def _remove_stale(folder: Path, prefix: str) -> None:
+def remove_stale_partials(folder: Path, prefix: str, older_than_s: float = _STALE_S) -> None:
+    """Remove `<prefix>*.partial` files or folders left in `folder` by a killed process."""
     for path in folder.glob(f"{prefix}*.partial"):
         try:
-            if time.time() - path.stat().st_mtime <= _STALE_S:
+            if time.time() - path.stat().st_mtime <= older_than_s:
                 continue
             if path.is_dir():
                 shutil.rmtree(path)
@@ -221,7 +222,7 @@ def convert(model: BundledModel, root: Path | None = None) -> Path:
         return folder
     gguf = assemble(model, root)
     torch, transformers = _import_converter()
-    _remove_stale(folder.parent, ".hf.")
+    remove_stale_partials(folder.parent, ".hf.")
     log.info("converting bundled model %s to transformers (once)", model.name)
     temp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".hf.", suffix=".partial"))
     try:
@@ -275,7 +276,8 @@ def prepare_bundled(name: str, root: Path | None = None) -> Path:
 
 
 def bundled_policy(name: str, *, models_dir: str | Path | None = None, **options: Any):
-    """An HFPolicy on a bundled model; `options` go to `HFConfig` (device, dtype, sampling...)."""
+    """An HFPolicy on a bundled model; `options` go to `HFConfig` (device, dtype, engine,
+    quantization, sampling...)."""
     from mleforge.errors import ConfigError
     from mleforge.policies.hf import HFConfig, HFPolicy
 
@@ -284,5 +286,12 @@ def bundled_policy(name: str, *, models_dir: str | Path | None = None, **options
     if unknown:
         raise ConfigError(f"bundled policy: unknown option(s) {', '.join(unknown)}; "
                           f"known: models_dir, {', '.join(sorted(known))}")
-    folder = prepare_bundled(name, Path(models_dir) if models_dir else None)
+    if options.get("engine") == "ct2":
+        from mleforge.policies.engines.ct2_convert import import_ctranslate2
+
+        import_ctranslate2()  # name the missing extra before minutes of assembly
+    root = Path(models_dir) if models_dir else None
+    folder = prepare_bundled(name, root)
+    if root is not None and options.get("ct2_cache") is None:
+        options["ct2_cache"] = str(root / "ct2")  # conversions beside the model they come from
     return HFPolicy(HFConfig(model=str(folder), name=options.pop("name", name), **options))
