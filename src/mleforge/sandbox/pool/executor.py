@@ -38,8 +38,9 @@ supervisor, same result):
   is a subreaper and kills whatever the script left once the supervisor is gone.
 - the isolated pool needs root (the zygote keeps CAP_SYS_ADMIN, CAP_NET_ADMIN,
   CAP_SETUID and CAP_SETGID inside its sandbox to make each run's namespaces;
-  every run drops them all). As any other user, or without bwrap, the pool runs
-  unisolated, with the same loud warning as the local executor.
+  every run drops them all). As any other user, or without a working bwrap, the
+  pool refuses to start (auto included); it runs unisolated only when asked for
+  (isolation "none"), with the same loud warning as the local executor.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from mleforge.errors import ConfigError, SandboxError
 from mleforge.sandbox import bwrap as bw
 from mleforge.sandbox.env import sandbox_env
 from mleforge.sandbox.limits import MIB, RunLimits
-from mleforge.sandbox.local import Isolation, LocalExecutor, _rlimits, supervisor_config
+from mleforge.sandbox.local import OPT_OUT, Isolation, LocalExecutor, _rlimits, supervisor_config
 from mleforge.sandbox.pool.client import RUN_ID_SLOT, RunChannel, Zygote, ZygoteGone, zygote_command
 from mleforge.sandbox.process import Spawned, Watched, sweep, watch
 from mleforge.sandbox.workspace import Workspace, _private_dir, disk_usage
@@ -83,7 +84,7 @@ class PoolExecutor(LocalExecutor):
 
     def __init__(
         self,
-        isolation: str = "auto",
+        isolation: str | None = None,
         *,
         python: str | None = None,
         base_dir: str | Path | None = None,
@@ -124,9 +125,11 @@ class PoolExecutor(LocalExecutor):
 
     def _choose_isolation(self) -> Isolation:
         if os.geteuid() != 0 and self.requested != "none":
-            if self.requested == "bwrap":
-                raise SandboxError(f"bwrap isolation was asked for, but {NEEDS_ROOT}; use the local executor")
-            return self._unisolated(f"{NEEDS_ROOT} (the local executor isolates runs as any user)", False)
+            # Never silently unisolated: as another user the pool refuses, auto included.
+            raise SandboxError(
+                f"the warm pool cannot isolate runs here: {NEEDS_ROOT}. Use the local executor "
+                f"(--executor local), which isolates runs with bwrap as any user; {OPT_OUT}"
+            )
         return super()._choose_isolation()
 
     def _probe(self, candidate: Isolation) -> str | None:
