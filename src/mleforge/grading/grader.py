@@ -13,7 +13,12 @@ from mleforge.errors import GraderError, InvalidSubmission
 from mleforge.grading.medals import rank_score
 from mleforge.grading.metrics import get_metric
 from mleforge.grading.report import GradeReport
-from mleforge.grading.submission import check_columns, prepare_for_metric, read_submission
+from mleforge.grading.submission import (
+    SubmissionBounds,
+    check_columns,
+    prepare_for_metric,
+    read_submission,
+)
 from mleforge.tasks.preparation import require_prepared
 from mleforge.tasks.task import Task
 
@@ -39,6 +44,14 @@ def load_answers(task: Task) -> pd.DataFrame:
         with _cache_lock:
             _answers_cache[key] = cached
     return cached
+
+
+def submission_bounds(task: Task) -> SubmissionBounds:
+    """What a submission of `task` may be before it is parsed: its size relative to the
+    answers file, its header, its number of lines (MLE-bench's grade functions decide
+    rows themselves: no line bound there)."""
+    rows = None if task.kind == "mlebench" else len(load_answers(task))
+    return SubmissionBounds.for_answers(task.answers_path, task.spec.submission.columns, rows)
 
 
 def score_frame(task: Task, submission: pd.DataFrame) -> float:
@@ -84,7 +97,7 @@ def sample_submission_score(task: Task) -> float | None:
         if key in _anchor_cache:
             return _anchor_cache[key]
     try:
-        anchor = score_frame(task, read_submission(task.sample_submission_path))
+        anchor = score_frame(task, read_submission(task.sample_submission_path, submission_bounds(task)))
     except InvalidSubmission:
         anchor = None
     with _cache_lock:
@@ -114,7 +127,7 @@ def grade(task: Task, submission_path: str | Path) -> GradeReport:
     score: float | None = None
     reason: str | None = None
     try:
-        score = score_frame(task, read_submission(path))
+        score = score_frame(task, read_submission(path, submission_bounds(task)))
     except InvalidSubmission as exc:
         reason = exc.reason
     rank = rank_score(score, scores.to_numpy(dtype=float), task.is_lower_better)
