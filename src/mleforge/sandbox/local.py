@@ -40,7 +40,7 @@ from mleforge.sandbox.batch import BatchRuns
 from mleforge.sandbox.env import sandbox_env
 from mleforge.sandbox.interpreter import exposes, python_roots, supervisor_command
 from mleforge.sandbox.limits import MIB, RunLimits
-from mleforge.sandbox.process import Watched, kill_group, sweep, watch
+from mleforge.sandbox.process import Watched, kill_group, sweep, tree_memory_kb, watch
 from mleforge.sandbox.result import ExecutionResult, killed_by_of
 from mleforge.sandbox.workspace import (
     Session,
@@ -77,6 +77,9 @@ ROOT_NO_NPROC = (
     "running as root without bwrap: the kernel exempts root from RLIMIT_NPROC, so the number of "
     "processes is bounded by the timeout alone, and the script can raise its own rlimits"
 )
+# The parent's clock starts before bwrap and the interpreter do: a run the supervisor
+# let finish at its deadline may read a little over it here.
+TIMEOUT_SLACK_S = 0.5
 _warned: set[str] = set()
 _probed: dict[tuple, str | None] = {}
 _probe_lock = threading.Lock()
@@ -412,11 +415,17 @@ class LocalExecutor(BatchRuns):
                 sweep(run_id.encode())
 
         def over_disk() -> bool:
-            used, entries = disk_usage(ws, limits.max_files + 1)
-            return used > limits.disk_mb * MIB or entries > limits.max_files
+            used, entries, uncountable = disk_usage(ws, limits.max_files + 1)
+            # What cannot be counted (an unreadable or too deep folder) could hide anything.
+            return uncountable is not None or used > limits.disk_mb * MIB or entries > limits.max_files
+
+        def over_memory() -> bool:
+            # memory_mb binds each process (RLIMIT_DATA) and, here, the whole run together.
+            return tree_memory_kb(proc.pid) > run_memory_limit_kb(limits)
 
         try:
-            watched = watch(proc, status_r, limits, started, over_disk=over_disk, kill=kill, cancel=cancel)
+            watched = watch(proc, status_r, limits, started, over_disk=over_disk, kill=kill, cancel=cancel,
+                            over_memory=over_memory)
         except BaseException:  # our bug or a KeyboardInterrupt: the run must not outlive it
             kill(True)
             proc.wait()
@@ -456,7 +465,17 @@ class LocalExecutor(BatchRuns):
             # on where this run's workspace happened to be.
             stdout, stderr = (_as_sandbox_paths(text, unisolated_path) for text in (stdout, stderr))
         exit_event = watched.last("exit")
+        # The supervisor's exit line is believed only from a supervisor that exited with
+        # status 0 itself (the executor's own wait status, out of the script's reach) and
+        # a status pipe that holds only its lines: else the script killed, stopped or
+        # forged it, and the run is a crash.
+        forged = exit_event is not None and (watched.tampered or watched.exit_code != 0)
+        if forged:
+            exit_event = None
         warnings = list(isolation.warnings)
+        if watched.tampered:
+            warnings.append("the status pipe held lines the supervisor did not write (a forged status?): "
+                            "the run counts as a crash")
         if refused:
             warnings.append(refused)
         if watched.stuck:
@@ -467,23 +486,29 @@ class LocalExecutor(BatchRuns):
             cpu_s, rss_kb = float(exit_event.get("cpu_s", 0.0)), int(exit_event.get("maxrss_kb", 0))
         else:
             # The supervisor did not report: killed by us (backstop) or by the script.
-            if watched.last("started") is None and watched.reason is None:
+            if watched.last("started") is None and watched.reason is None and not watched.tampered:
                 raise SandboxError(
                     f"the sandbox did not start (exit status {watched.exit_code}): {stderr.strip()[-2000:]}"
                 )
             returncode, timed_out = None, False
             signal_number = _outer_signal(watched.exit_code, isolation.kind)
-            if signal_number is None and watched.reason is None:
+            if signal_number is None and watched.reason is None and not (forged or watched.tampered):
                 raise SandboxError(
                     f"the sandbox's supervisor failed (exit status {watched.exit_code}): {stderr.strip()[-2000:]}"
                 )
             cpu_s, rss_kb = fallback_cpu, 0
             warnings.append("the supervisor did not report (killed): CPU time is partial, peak memory unknown (0)")
+        # A run that outlived its timeout timed out, whatever its supervisor said (one
+        # stopped, then resumed after the deadline, would report a late clean exit).
+        if watched.wall_s > limits.timeout_s + TIMEOUT_SLACK_S:
+            timed_out = True
         killed_by = killed_by_of(
             parent_reason=watched.reason, timed_out=timed_out, returncode=returncode,
             signal_number=signal_number, cpu_s=cpu_s, cpu_limit_s=limits.effective_cpu_s,
             stderr_tail=stderr[-4096:],
         )
+        if exit_event is None and killed_by is None:
+            killed_by = "signal"  # no believable exit: a crash, never a clean one
         return ExecutionResult(
             run_id=run_id, task_id=task_id, returncode=returncode, signal=signal_number,
             timed_out=timed_out or watched.reason == "timeout", killed_by=killed_by,
@@ -495,6 +520,17 @@ class LocalExecutor(BatchRuns):
             workspace=str(kept.path) if kept else None,
             script_sha256=hashlib.sha256(script.encode("utf-8")).hexdigest(), limits=limits.to_dict(),
         )
+
+
+# What a run's processes may hold together above memory_mb: the interpreter's code and
+# libraries, which RLIMIT_DATA (per process) does not count either.
+RUN_MEMORY_SLACK_MB = 128
+
+
+def run_memory_limit_kb(limits: RunLimits, baseline_kb: int = 0) -> int:
+    """The whole run's memory limit (see process.tree_memory_kb), `baseline_kb` on top
+    (a warm pool's run shares the zygote's memory)."""
+    return (limits.memory_mb + RUN_MEMORY_SLACK_MB) * 1024 + baseline_kb
 
 
 def _as_sandbox_paths(text: str, workspace: Path) -> str:
