@@ -166,3 +166,27 @@ def test_status_lines_other_than_the_supervisors_are_tampering():
         assert _parse_events(raw, complete=True)[1], raw
     assert _parse_events(started, complete=False)[1]  # the capture lost the start: cut
     assert _parse_events(b"", complete=True) == ([], False)
+
+
+def test_private_data_under_anything_the_sandbox_sees_is_refused(tmp_path):
+    from types import SimpleNamespace
+
+    from mleforge.errors import SandboxError
+    from mleforge.sandbox.local import require_hidden, visible_roots
+
+    assert "/usr" in visible_roots(())
+    under_usr = SimpleNamespace(private_dir=Path("/usr/local/share/mleforge/t/private"),
+                                answers_path=Path("/usr/local/share/mleforge/t/private/answers.csv"),
+                                public_dir=tmp_path / "public")
+    with pytest.raises(SandboxError, match="inside /usr, which the sandbox shows"):
+        require_hidden(under_usr, ())
+    inside_public = SimpleNamespace(private_dir=tmp_path / "public" / "private",
+                                    answers_path=tmp_path / "public" / "private" / "answers.csv",
+                                    public_dir=tmp_path / "public")
+    with pytest.raises(SandboxError, match="inside " + str(tmp_path / "public")):
+        require_hidden(inside_public, ())
+    with pytest.raises(SandboxError, match="inside " + str(tmp_path)):
+        require_hidden(SimpleNamespace(private_dir=tmp_path / "p", answers_path=tmp_path / "p" / "a.csv",
+                                       public_dir=tmp_path / "elsewhere"), (str(tmp_path),))
+    require_hidden(SimpleNamespace(private_dir=tmp_path / "p", answers_path=tmp_path / "p" / "a.csv",
+                                   public_dir=tmp_path / "pub"), ())

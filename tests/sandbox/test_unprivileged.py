@@ -34,9 +34,11 @@ UNPRIVILEGED_TESTS = (
 SELECT = "local or not hostile"  # test_hostile ids name the executor: [case-local-bwrap]
 
 
-def _can_read(uid: int, gid: int, path: Path) -> bool:
+def _as(uid: int, gid: int, code: str) -> bool:
+    """Does `code` run as that user, in this interpreter, started by a process of that
+    user (as the executors will start it)?"""
     probe = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--",
-                            sys.executable, "-c", f"import os; os.listdir({str(path)!r})"], capture_output=True)
+                            "/bin/sh", "-c", 'exec "$0" -c "$1"', sys.executable, code], capture_output=True)
     return probe.returncode == 0
 
 
@@ -52,8 +54,12 @@ def _user() -> pwd.struct_passwd:
         pytest.skip(f"no user {name!r} here; set {USER_ENV} to an unprivileged user")
     if user.pw_uid == 0:
         pytest.skip(f"{name!r} is root; set {USER_ENV} to an unprivileged user")
+    real = os.path.realpath(sys.executable)
+    if not _as(user.pw_uid, user.pw_gid, "pass"):
+        pytest.skip(f"{name} cannot run this interpreter ({real}): a folder above it is closed to other "
+                    "users (e.g. /root is 0700: chmod o+x /root, or use a Python installed elsewhere)")
     for path in (REPO / "src", REPO / "tests", Path(sys.prefix)):
-        if not _can_read(user.pw_uid, user.pw_gid, path):
+        if not _as(user.pw_uid, user.pw_gid, f"import os; os.listdir({str(path)!r})"):
             pytest.skip(f"{name} cannot read {path}; make the checkout and the environment world-readable")
     return user
 

@@ -167,13 +167,7 @@ class LocalExecutor(BatchRuns):
         require_prepared(task)
         limits = RunLimits.of(limits, task.spec.limits)
         if self.resolve_isolation().kind == "bwrap":
-            for path in (task.private_dir, task.answers_path):
-                root = exposes(self._ro_binds(), path)
-                if root:
-                    raise SandboxError(
-                        f"{path} lies inside {root}, which the sandbox binds read-only for the interpreter; "
-                        "move the data root (MLEFORGE_DATA) out of it"
-                    )
+            require_hidden(task, self._ro_binds())
         return self.run_public(script, task.id, task.public_dir, limits, keep=keep, cancel=cancel)
 
     def run_public(
@@ -531,6 +525,28 @@ def run_memory_limit_kb(limits: RunLimits, baseline_kb: int = 0) -> int:
     """The whole run's memory limit (see process.tree_memory_kb), `baseline_kb` on top
     (a warm pool's run shares the zygote's memory)."""
     return (limits.memory_mb + RUN_MEMORY_SLACK_MB) * 1024 + baseline_kb
+
+
+def visible_roots(ro_binds: Sequence[str]) -> tuple[str, ...]:
+    """Every host folder or file a sandbox sees: the system folders, the /etc entries,
+    the interpreter's prefixes and extra binds (see bwrap.py)."""
+    system = [os.path.realpath(d) for d in bw.SYSTEM_DIRS if os.path.exists(d)]
+    etc = [os.path.realpath(f"/etc/{name}") for name in bw.ETC_ENTRIES if os.path.exists(f"/etc/{name}")]
+    return tuple(dict.fromkeys([*system, *etc, *ro_binds]))
+
+
+def require_hidden(task: Task, ro_binds: Sequence[str]) -> None:
+    """Refuse to run where the task's private data would be inside the sandbox's view:
+    under a system folder (a data root in /usr/local), the interpreter's prefix, an
+    extra bind, or the public data folder."""
+    roots = (*visible_roots(ro_binds), os.path.realpath(task.public_dir))
+    for path in (task.private_dir, task.answers_path):
+        root = exposes(roots, path)
+        if root:
+            raise SandboxError(
+                f"{path} lies inside {root}, which the sandbox shows to every script; the private answers "
+                "would be readable: move the data root (MLEFORGE_DATA or --data-dir) out of it"
+            )
 
 
 def _as_sandbox_paths(text: str, workspace: Path) -> str:

@@ -30,6 +30,7 @@ import io
 import os
 import secrets
 import shutil
+import sys
 import tarfile
 import tempfile
 import threading
@@ -40,7 +41,7 @@ from typing import Any
 from mleforge.errors import MissingExtra, SandboxError
 from mleforge.sandbox.batch import BatchRuns
 from mleforge.sandbox.limits import MIB, RunLimits
-from mleforge.sandbox.local import requested_isolation
+from mleforge.sandbox.local import requested_isolation, require_hidden
 from mleforge.sandbox.result import ExecutionResult
 from mleforge.sandbox.workspace import SUBMISSION_NAME, Session, remove_tree
 from mleforge.tasks.preparation import require_prepared
@@ -102,6 +103,12 @@ class RayExecutor(BatchRuns):
     ) -> ExecutionResult:
         require_prepared(task)
         limits = RunLimits.of(limits, task.spec.limits)
+        if self.requested != "none":
+            # The nodes see only a copy of the public data, unless they share this file
+            # system: then a data root in a folder every sandbox binds would be visible.
+            from mleforge.sandbox.interpreter import python_roots
+
+            require_hidden(task, python_roots(sys.executable))
         ray = self._connect()
         data_key, data_ref = self._data_ref(task)
         remote = _remote_run().options(**task_options(limits))
