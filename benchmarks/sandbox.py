@@ -1,6 +1,7 @@
 """Per-run overhead, throughput and leaks of the executors, measured in one run.
 
-    python benchmarks/sandbox.py [--task titanic] [--repeats 10] [--pool-runs 1000] [--out bench-out/sandbox.json]
+    python benchmarks/sandbox.py [--task titanic] [--repeats 10] [--pool-runs 1000] [--bombs-only]
+                                 [--out bench-out/sandbox.json]
 
 1. Per-run time of an empty script and of a pandas + scikit-learn import script,
    as (a) bare `python script.py`, (b) the local executor unisolated, (c) the
@@ -10,6 +11,11 @@
 3. `--pool-runs` runs through one warm pool (a mix of honest, crashing and
    process-leaving scripts), then: no process left, no workspace or temporary
    folder left, no descriptor leaked.
+
+4. Submission bombs (tests/sandbox/bombs.py: 200 MB with 100k columns, a header
+   of 100k duplicate names, one endless 200 MB line, too many rows, a wide
+   header): each graded in a fresh process, whose wall time and peak RSS above
+   its state before grading are recorded (`--bombs-only` runs just this part).
 
 The targets: the pool's per-run time at least 10x below bare `python` with the
 imports, and bwrap adding under 10% to a bare run. The data root is
@@ -144,12 +150,65 @@ def _leak_check(pool, task, runs: int) -> dict:
     }
 
 
+# Grades one file in a fresh process: {"valid", "reason", "wall_s", "rss_before_mb", "peak_rss_mb"}.
+_GRADE_ONE = """
+import json, resource, sys, time
+from mleforge.grading.grader import grade, load_answers, submission_bounds
+from mleforge.tasks.registry import TaskRegistry
+task = TaskRegistry(mlebench=False).get(sys.argv[1])
+load_answers(task); submission_bounds(task)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.perf_counter()
+report = grade(task, sys.argv[2])
+wall = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"valid": report.valid_submission, "reason": report.invalid_reason, "wall_s": round(wall, 4),
+                  "rss_before_mb": round(before / 1024, 1), "peak_rss_mb": round(peak / 1024, 1),
+                  "grading_rss_mb": round((peak - before) / 1024, 1)}))
+"""
+
+
+def _bomb_grading(task, scratch: Path) -> list[dict]:
+    """Each bomb (and the honest sample submission) graded in a fresh process."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests package
+    from tests.sandbox.bombs import BOMBS, write_bomb
+
+    rows = []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parent.parent / "src"),
+                                                                   os.environ.get("PYTHONPATH")) if p)}
+    for kind in ("honest", *BOMBS):
+        path = scratch / f"bomb-{kind}" / "submission.csv"
+        path.parent.mkdir()
+        if kind == "honest":
+            path.write_bytes(task.sample_submission_path.read_bytes())
+        else:
+            write_bomb(kind, path, task.spec.submission.columns)
+        out = subprocess.run([sys.executable, "-c", _GRADE_ONE, task.id, str(path)], capture_output=True,
+                             text=True, env=env, check=True).stdout
+        rows.append({"bomb": kind, "bytes": path.stat().st_size, **json.loads(out.splitlines()[-1])})
+        path.unlink()
+    return rows
+
+
+def _print_bombs(console, bombs: list[dict]) -> None:
+    from rich.table import Table
+
+    table = Table(title="submission bombs graded in the parent (fresh process each)")
+    for column in ("bomb", "MB", "valid", "wall s", "grading RSS MB", "peak RSS MB", "reason"):
+        table.add_column(column)
+    for row in bombs:
+        table.add_row(row["bomb"], f"{row['bytes'] / 2**20:.1f}", str(row["valid"]), f"{row['wall_s']:.3f}",
+                      f"{row['grading_rss_mb']:.1f}", f"{row['peak_rss_mb']:.1f}", (row["reason"] or "")[:60])
+    console.print(table)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="titanic")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--throughput-runs", type=int, default=8)
     parser.add_argument("--pool-runs", type=int, default=1000, help="runs of the pool leak check (0: skip)")
+    parser.add_argument("--bombs-only", action="store_true", help="only the submission bombs (part 4)")
     parser.add_argument("--out", type=Path, default=Path("bench-out/sandbox.json"))
     args = parser.parse_args(argv)
 
@@ -165,6 +224,16 @@ def main(argv: list[str] | None = None) -> int:
 
     task = TaskRegistry(mlebench=False).get(args.task)
     prepare(task)
+    scratch = Path(tempfile.mkdtemp(prefix="mleforge-bench-"))
+    try:
+        bombs = _bomb_grading(task, scratch)
+    finally:
+        remove_tree(scratch)
+    if args.bombs_only:
+        _print_bombs(Console(), bombs)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"task": task.id, "submission_bombs": bombs}, indent=2) + "\n")
+        return 0
     scratch = Path(tempfile.mkdtemp(prefix="mleforge-bench-"))
     local_none = LocalExecutor("none", base_dir=scratch / "ws")
     local_bwrap = LocalExecutor("auto", base_dir=scratch / "ws")
@@ -234,9 +303,11 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in leaks.items():
             table.add_row(f"pool leak check: {key}", str(value))
     console.print(table)
+    _print_bombs(console, bombs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(
-        {"task": task.id, "overhead": overhead, "throughput": throughput, "targets": targets, "pool_leaks": leaks},
+        {"task": task.id, "overhead": overhead, "throughput": throughput, "targets": targets, "pool_leaks": leaks,
+         "submission_bombs": bombs},
         indent=2,
     ))
     console.print(f"written: {args.out}")

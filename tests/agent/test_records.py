@@ -247,3 +247,16 @@ def test_draft_state_id_is_stable():
     assert a.state_id != State.draft("titanic", ideas=("x",)).state_id
     content = a.hash_content()
     assert content == {"v": 1, "task_id": "titanic", "stage": "draft", "ideas": [], "target": None, "journal": []}
+
+
+def test_an_execution_records_its_isolation_but_prompts_do_not_show_it():
+    from types import SimpleNamespace
+
+    result = SimpleNamespace(returncode=0, timed_out=False, killed_by=None, wall_s=1.0, stdout="", stderr="",
+                             submission_path=None, isolation="bwrap")
+    ex = ExecutionSummary.from_result(result)
+    assert ex.isolation == "bwrap" and ex.to_dict()["isolation"] == "bwrap"
+    assert ExecutionSummary.from_dict(json.loads(json.dumps(ex.to_dict()))) == ex
+    assert "isolation" not in ex.content()
+    old = {k: v for k, v in ex.to_dict().items() if k != "isolation"}  # a journal from before
+    assert ExecutionSummary.from_dict(old).isolation is None

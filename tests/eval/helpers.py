@@ -42,8 +42,12 @@ def grid_reports() -> tuple[list[RunReport], list[RunFailure]]:
     return reports, [RunFailure("B", 1, "RuntimeError: boom")]
 
 
+BWRAP = {"kind": "bwrap", "bwrap": "/usr/bin/bwrap", "bwrap_version": "0.8.0", "bwrap_source": "system",
+         "as_root": False, "summary": "bwrap 0.8.0 (system: /usr/bin/bwrap)"}
+
+
 def write_eval_dir(path: Path, policy: str, reports, failures=(), tasks=("A", "B"), seeds=(0, 1, 2),
-                   contamination_warning: str | None = None) -> Path:
+                   contamination_warning: str | None = None, isolation: dict | None = None) -> Path:
     """A folder as `mleforge eval` leaves it (run.json, aggregate.json, leaderboards.json)."""
     path.mkdir(parents=True, exist_ok=True)
     config = EvalConfig(policy=policy, tasks=",".join(tasks), seeds=len(seeds), steps=3)
@@ -51,7 +55,8 @@ def write_eval_dir(path: Path, policy: str, reports, failures=(), tasks=("A", "B
     (path / "run.json").write_text(json.dumps({"kind": "eval", "policy": policy, "tasks": list(tasks),
                                                "seeds": list(seeds), "config": config.to_dict()}))
     summary = {"kind": "eval", "policy": policy, "interrupted": False, "config": config.to_dict(),
-               "contamination": contamination, **aggregate(reports, tasks, seeds, failures)}
+               "contamination": contamination, "isolation": isolation or BWRAP,
+               **aggregate(reports, tasks, seeds, failures)}
     (path / "aggregate.json").write_text(json.dumps(summary, default=str))
     boards = {"A": {"metric": "accuracy", "is_lower_better": False,
                     "scores": [0.97, 0.95, 0.93, 0.9, 0.88, 0.85, 0.84, 0.82, 0.8, 0.7, 0.6, 0.5]},

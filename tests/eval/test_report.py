@@ -26,7 +26,7 @@ def two_evals(tmp_path):
     better = [report("A", s, 0.96, normalized=1.0, medal="gold", above=True, first_valid=1) for s in (0, 1, 2)]
     better += [report("B", s, 1.2, normalized=0.9, medal="silver", above=True, first_valid=2, lower=True)
                for s in (0, 1, 2)]
-    second = write_eval_dir(tmp_path / "after", "hf:ckpt-400", better)
+    second = write_eval_dir(tmp_path / "after", "hf:ckpt-400", better, isolation={"kind": "none", "summary": "none"})
     return first, second
 
 
@@ -41,6 +41,9 @@ def test_markdown_and_html_compare_two_evaluations(two_evals, tmp_path):
     assert "| A | accuracy (↑) | 0.96 / 0.88 (2/3) G1 | 0.96 / 0.96 (3/3) G3 |" in md
     assert "> **Warning:** before: CONTAMINATION: trained on A" in md
     assert "1 of 6 runs did not finish (1 failed, 0 not run)" in md
+    # The isolation of each evaluation's scripts: a column, and a warning for none.
+    assert "| bwrap 0.8.0 (system: /usr/bin/bwrap) |" in md and "| none |" in md
+    assert "after: its scripts ran UNISOLATED (--isolation none)" in md
     assert "RuntimeError: boom" in md
     for name in ("rates", "task_scores", "normalized"):
         assert f"](./{name}.png)" in md and (tmp_path / "out" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"

@@ -80,6 +80,12 @@ def test_interrupted_evaluation_resumes_without_redoing_runs(prepared_registry, 
     report = json.loads(run_dir_for(tmp_path, "penguins", 1).joinpath("report.json").read_text())
     assert report["competition_id"] == "penguins" and report["seed"] == 1 and report["steps"] == 1
     assert report["valid_submission"] and report["normalized_score"] == 0.0  # the sample submission
+    # How the scripts were isolated: in the aggregate and in each run's config.
+    isolation = executor.resolve_isolation()
+    assert agg["isolation"] == {**isolation.to_dict(), "summary": isolation.describe()}
+    run_config = json.loads(run_dir_for(tmp_path, "penguins", 1).joinpath("config.json").read_text())
+    assert run_config["isolation"]["kind"] == isolation.kind == "bwrap"
+    assert run_config["isolation"]["bwrap"] == isolation.bwrap
 
     # Other settings in the same folder are refused, not mixed in.
     with pytest.raises(ConfigError, match="other settings"):

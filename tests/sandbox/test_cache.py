@@ -138,6 +138,18 @@ def test_cancelled_and_kept_runs_are_not_cached(cached, canary):
     remove_tree(Path(kept.workspace).parent)
 
 
+def test_a_submission_over_the_grading_bound_is_never_cached(cached, canary):
+    """The cache would hold it in memory and in SQLite; the grader refuses it unread anyway."""
+    from mleforge.grading.submission import submission_byte_limit
+
+    limit = submission_byte_limit(canary.answers_path.stat().st_size)
+    big = f"open('submission/submission.csv', 'w').write('id,y\\n' + '1' * {limit})"
+    first = cached.run(big, canary)
+    assert first.submission_path and Path(first.submission_path).stat().st_size == limit + 5
+    assert not cached.run(big, canary).cached and cached.misses == 2
+    assert "over the" in grade(canary, first.submission_path).invalid_reason
+
+
 def test_the_data_checksum_follows_the_public_data(canary):
     checksum = public_checksum(canary)
     from mleforge.sandbox.caching_executor import checksum_of_folder

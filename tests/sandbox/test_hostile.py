@@ -101,6 +101,8 @@ def _check_expectations(case, result, canary) -> None:
     for key in ("killed_by", "timed_out", "returncode", "signal"):
         if key in expect:
             assert getattr(result, key) == expect[key], f"{key}: expected {expect[key]!r}\n{summary}"
+    if "ok" in expect:  # a clean exit (status 0, not killed) or not
+        assert result.ok == expect["ok"], summary
     if "submission" in expect:
         assert (result.submission_path is not None) == (expect["submission"] == "yes"), summary
     if expect.get("grade") == "valid":

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from mleforge.errors import SandboxError
+from mleforge.errors import ConfigError, SandboxError
 from mleforge.grading.grader import grade
-from mleforge.sandbox import make_executor
+from mleforge.sandbox import ExecutionResult, make_executor
 from mleforge.sandbox.env import THREAD_VARS
 from mleforge.sandbox.local import LocalExecutor
 from mleforge.sandbox.process import marked_processes
@@ -206,20 +206,68 @@ def test_nothing_survives_a_killed_parent(kind, isolation, data_root, tmp_path, 
         assert [p for p in base.iterdir() if p != own and p.name != "kept"] == []
 
 
-def test_without_bwrap_it_says_so_once_in_the_log(caplog, tmp_path, monkeypatch):
+@pytest.mark.parametrize("isolation", ["auto", "bwrap", None])
+@pytest.mark.parametrize("bwrap", ["0", "/nonexistent/bwrap"])
+def test_without_a_working_bwrap_it_refuses_to_run(isolation, bwrap, canary, tmp_path, monkeypatch):
+    """Fail closed: no bwrap (turned off, or a path that does not work) is an error that
+    says why and how to opt out, never an unisolated run."""
+    monkeypatch.setenv("MLEFORGE_BWRAP", bwrap)
+    monkeypatch.delenv("MLEFORGE_ISOLATION", raising=False)
+    executor = LocalExecutor(isolation, base_dir=tmp_path)
+    try:
+        with pytest.raises(SandboxError) as info:
+            executor.run("open('submission/submission.csv', 'w').write('id\\n')", canary)
+    finally:
+        executor.close()
+    message = str(info.value)
+    assert ("turned off by MLEFORGE_BWRAP" if bwrap == "0" else "/nonexistent/bwrap") in message
+    assert "--isolation none" in message and "MLEFORGE_ISOLATION=none" in message
+
+
+def test_unisolated_only_when_asked_and_it_says_so_once(caplog, tmp_path, monkeypatch):
+    """Deliberately isolation none (by the environment variable): the loud warning once."""
     import mleforge.sandbox.local as local
 
     monkeypatch.setattr(local, "_warned", set())
-    monkeypatch.setenv("MLEFORGE_BWRAP", "0")
+    monkeypatch.setenv("MLEFORGE_ISOLATION", "none")
     with caplog.at_level(logging.WARNING, logger="mleforge.sandbox"):
         for _ in range(2):
             executor = make_executor("local", base_dir=tmp_path)
             assert executor.isolation == "none"
-            assert any("UNISOLATED" in w for w in executor.resolve_isolation().warnings)
+            (warning, *_) = executor.resolve_isolation().warnings
+            for plainly in ("UNISOLATED", "private answers", "network", "environment"):
+                assert plainly in warning
             executor.close()
     assert sum("UNISOLATED" in r.getMessage() for r in caplog.records) == 1
-    with pytest.raises(SandboxError, match="bwrap is turned off"):
-        LocalExecutor("bwrap", base_dir=tmp_path).resolve_isolation()
+    monkeypatch.setenv("MLEFORGE_ISOLATION", "sometimes")
+    with pytest.raises(ConfigError, match="MLEFORGE_ISOLATION must be one of"):
+        LocalExecutor(base_dir=tmp_path)
+
+
+def test_the_bwrap_used_is_recorded(canary, tmp_path, monkeypatch):
+    """The system's bwrap when it works, else the bundled one; each result names it."""
+    from mleforge.sandbox import bwrap as bw
+
+    monkeypatch.delenv("MLEFORGE_BWRAP", raising=False)
+    candidates = bw.bwrap_candidates()
+    if not candidates:
+        pytest.skip("no bwrap on this machine, system or bundled")
+    bundled = bw.bundled_bwrap()
+    with LocalExecutor("bwrap", base_dir=tmp_path) as executor:
+        try:
+            chosen = executor.resolve_isolation()
+        except SandboxError as exc:
+            pytest.skip(f"bwrap does not work here: {exc}")
+        result = executor.run("print('hi')", canary)
+    assert (chosen.bwrap, chosen.bwrap_source) in candidates
+    assert result.bwrap == chosen.bwrap
+    assert result.bwrap_version == bw.version_text(bw.bwrap_version(chosen.bwrap)) != "unknown"
+    assert ExecutionResult.from_dict(result.to_dict()).bwrap_version == result.bwrap_version
+    if bundled is not None:  # the bundled one alone, as on a machine without the system's
+        monkeypatch.setenv("MLEFORGE_BWRAP", bundled)
+        with LocalExecutor("auto", base_dir=tmp_path) as executor:
+            result = executor.run("print('hi')", canary)
+        assert result.ok and result.isolation == "bwrap" and result.bwrap == bundled
 
 
 def test_a_broken_interpreter_is_a_sandbox_error(canary, tmp_path):

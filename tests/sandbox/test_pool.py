@@ -204,15 +204,15 @@ def test_closing_the_pool_ends_runs_in_flight(tmp_path, canary):
     assert len(errors) == 1 and "zygote ended during the run" in errors[0]
 
 
-def test_isolation_needs_root(tmp_path, monkeypatch):
+@pytest.mark.parametrize("isolation", ["auto", "bwrap"])
+def test_isolation_needs_root(isolation, tmp_path, monkeypatch):
+    """As another user the pool refuses (never silently unisolated), auto included."""
     import mleforge.sandbox.pool.executor as pool_module
 
     monkeypatch.setattr(pool_module.os, "geteuid", lambda: 1000)
-    with PoolExecutor("auto", base_dir=tmp_path) as executor:
-        assert executor.isolation == "none"
-        assert any("needs root" in w for w in executor.resolve_isolation().warnings)
-    with pytest.raises(SandboxError, match="needs root"):
-        PoolExecutor("bwrap", base_dir=tmp_path).resolve_isolation()
+    with pytest.raises(SandboxError, match="needs root") as info:
+        PoolExecutor(isolation, base_dir=tmp_path).resolve_isolation()
+    assert "--isolation none" in str(info.value)
 
 
 def test_max_zygotes_is_checked():

@@ -142,3 +142,51 @@ def test_older_bwrap_gets_no_newer_options(tmp_path):
     old = bwrap_args(BwrapPlan(**{**plan.__dict__, "version": (0, 6, 1)}))
     assert "--disable-userns" not in old and "--size" not in old
     assert (str(tmp_path / "ws" / "tmp"), "/dev/shm") in [(old[i + 1], old[i + 2]) for i, a in enumerate(old) if a == "--bind"]
+
+
+def test_status_lines_other_than_the_supervisors_are_tampering():
+    from mleforge.sandbox.process import _parse_events
+
+    started = b'{"event": "started", "pid": 2, "uid": 9}\n'
+    spawned = b'{"event": "spawned", "pid": 3}\n'
+    exit_ok = b'{"event": "exit", "returncode": 0, "signal": null, "timed_out": false}\n'
+    forged = b'{"event": "exit", "returncode": 0, "signal": null, "timed_out": false, "cpu_s": 0.1}\n'
+    events, tampered = _parse_events(started + spawned + exit_ok, complete=True)
+    assert [e["event"] for e in events] == ["started", "spawned", "exit"] and not tampered
+    # A forged line plus a stray byte: the real exit line is glued to it and unparsable.
+    events, tampered = _parse_events(started + spawned + forged + b"x" + exit_ok, complete=True)
+    assert tampered and [e["event"] for e in events] == ["started", "spawned", "exit"]
+    # Parsing stops at the bad line: nothing after it is taken.
+    events, tampered = _parse_events(started + b"garbage\n" + spawned + exit_ok, complete=True)
+    assert tampered and [e["event"] for e in events] == ["started"]
+    for raw in (started + spawned + exit_ok + forged,  # a second exit
+                started + exit_ok + spawned,  # out of order
+                started + spawned + exit_ok[:-1],  # no newline: not a whole line
+                b'{"event": "mine"}\n'):  # not one of ours
+        assert _parse_events(raw, complete=True)[1], raw
+    assert _parse_events(started, complete=False)[1]  # the capture lost the start: cut
+    assert _parse_events(b"", complete=True) == ([], False)
+
+
+def test_private_data_under_anything_the_sandbox_sees_is_refused(tmp_path):
+    from types import SimpleNamespace
+
+    from mleforge.errors import SandboxError
+    from mleforge.sandbox.local import require_hidden, visible_roots
+
+    assert "/usr" in visible_roots(())
+    under_usr = SimpleNamespace(private_dir=Path("/usr/local/share/mleforge/t/private"),
+                                answers_path=Path("/usr/local/share/mleforge/t/private/answers.csv"),
+                                public_dir=tmp_path / "public")
+    with pytest.raises(SandboxError, match="inside /usr, which the sandbox shows"):
+        require_hidden(under_usr, ())
+    inside_public = SimpleNamespace(private_dir=tmp_path / "public" / "private",
+                                    answers_path=tmp_path / "public" / "private" / "answers.csv",
+                                    public_dir=tmp_path / "public")
+    with pytest.raises(SandboxError, match="inside " + str(tmp_path / "public")):
+        require_hidden(inside_public, ())
+    with pytest.raises(SandboxError, match="inside " + str(tmp_path)):
+        require_hidden(SimpleNamespace(private_dir=tmp_path / "p", answers_path=tmp_path / "p" / "a.csv",
+                                       public_dir=tmp_path / "elsewhere"), (str(tmp_path),))
+    require_hidden(SimpleNamespace(private_dir=tmp_path / "p", answers_path=tmp_path / "p" / "a.csv",
+                                   public_dir=tmp_path / "pub"), ())

@@ -86,9 +86,53 @@ def test_disk_usage_counts_blocks_not_input(session, tmp_path):
     (ws.path / "working" / "blob").write_bytes(os.urandom(1 << 20))
     with open(ws.path / "working" / "sparse", "wb") as f:
         f.truncate(1 << 30)  # a gigabyte that uses no disk
-    used, entries = disk_usage(ws, 1000)
-    assert (1 << 20) <= used < (2 << 20)
+    used, entries, uncountable = disk_usage(ws, 1000)
+    assert (1 << 20) <= used < (2 << 20) and uncountable is None
     assert entries == 6  # script.py, working/, blob, sparse, submission/, tmp/; input/ is not counted
+
+
+def _nest(folder, depth: int, name: str = "d" * 200) -> None:
+    """`depth` folders one in another below `folder` (past PATH_MAX for depth > 20), a file at the bottom."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(depth):
+        os.mkdir(name, dir_fd=fd)
+        inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    with open(os.open("bottom", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd), "wb") as f:
+        f.write(b"x" * 4096)
+    os.fchmod(fd, 0)
+    os.close(fd)
+
+
+def test_disk_usage_cannot_be_escaped_by_depth_or_modes(session, tmp_path):
+    ws = create_workspace(session, "r5", "", None, copy_input=False, owner=None, keep=False)
+    _nest(ws.path / "working", 40)  # 8 kB of names per path: past PATH_MAX, within DISK_DEPTH
+    used, entries, uncountable = disk_usage(ws, 10_000)
+    assert uncountable is None or os.geteuid() != 0  # as root, mode 0 hides nothing
+    _nest(ws.path / "tmp", 80)
+    used, entries, uncountable = disk_usage(ws, 10_000)
+    assert uncountable is not None and ("deeper than 64" in uncountable or "cannot be read" in uncountable)
+    if os.geteuid() != 0:  # a folder we may not read could hide anything: counted as over
+        hidden = ws.path / "submission" / "hidden"
+        hidden.mkdir()
+        os.chmod(hidden, 0)
+        assert "cannot be read" in disk_usage(ws, 10_000)[2]
+
+
+def test_remove_tree_survives_any_mode_and_depth(tmp_path):
+    root = tmp_path / "left"
+    root.mkdir()
+    _nest(root, 300)  # deeper than the descriptors remove_tree holds, past PATH_MAX
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "f").write_text("x")
+    os.chmod(root / "a" / "b", 0)
+    os.chmod(root / "a", 0o500)
+    os.symlink("/etc/passwd", root / "a-link")
+    os.mkfifo(root / "fifo")
+    os.chmod(root, 0o500)
+    remove_tree(root)
+    assert not root.exists() and os.path.exists("/etc/passwd")
 
 
 def test_base_must_be_ours_and_real(tmp_path):

@@ -41,6 +41,7 @@ class ExecutionSummary:
     stdout: str
     stderr: str
     submission_written: bool  # the script left ./submission/submission.csv
+    isolation: str | None = None  # the sandbox's: "bwrap" or "none" (None: not recorded)
 
     @property
     def succeeded(self) -> bool:
@@ -67,6 +68,7 @@ class ExecutionSummary:
             stdout=text(result.stdout),
             stderr=text(result.stderr),
             submission_written=getattr(result, "submission_path", None) is not None,
+            isolation=getattr(result, "isolation", None),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -78,6 +80,7 @@ class ExecutionSummary:
             "stdout": self.stdout,
             "stderr": self.stderr,
             "submission_written": self.submission_written,
+            "isolation": self.isolation,
         }
 
     @classmethod
@@ -91,11 +94,14 @@ class ExecutionSummary:
             stdout=read_field(data, "stdout", (str,), what),
             stderr=read_field(data, "stderr", (str,), what),
             submission_written=read_field(data, "submission_written", (bool,), what),
+            isolation=read_field(data, "isolation", (str,), what, optional=True),
         )
 
     def content(self) -> dict[str, Any]:
         """What a prompt may show of the run: everything but the wall time, which
-        differs between two runs of the same script."""
+        differs between two runs of the same script, and the isolation, which is the
+        executor's, not the script's."""
         data = self.to_dict()
         del data["wall_s"]
+        del data["isolation"]
         return data

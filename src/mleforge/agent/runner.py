@@ -2,7 +2,7 @@
 
 A run directory holds
 
-    config.json        what was asked (task, policy, search, limits, seed)
+    config.json        what was asked (task, policy, search, limits, seed) and the isolation
     journal.json       the tree of attempts, rewritten atomically after every step
     steps.jsonl        one line per step: stage, outcome, reward components, score, tokens,
                        generation and execution seconds
@@ -106,8 +106,12 @@ class EpisodeRunner:
     # --- persistence ---
 
     def _config_record(self) -> dict[str, Any]:
+        from mleforge.sandbox.factory import describe_isolation
+
+        # How this session's scripts were isolated (not compared on resume: a resumed
+        # run may well have another bwrap).
         return {"task_id": self.task.id, "policy": self.policy_name, "ideas": list(self.ideas),
-                "episode": self.config.to_dict()}
+                "episode": self.config.to_dict(), "isolation": describe_isolation(self.executor)}
 
     def _load_or_start(self) -> Journal:
         self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -59,6 +59,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         policy=args.policy, tasks=args.tasks, seeds=args.seeds, first_seed=args.first_seed, steps=args.steps,
         time_limit_s=args.time_limit, run_timeout_s=args.run_timeout, workers=args.workers, drafts=args.drafts,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, executor=args.executor,
+        isolation=args.isolation,
         policy_options={"num_threads": args.threads} if local and args.threads else {},
         train_runs=tuple(args.trained_on or ()),
     )

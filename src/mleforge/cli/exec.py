@@ -6,7 +6,9 @@ import argparse
 from pathlib import Path
 
 from mleforge.cli.options import (
+    add_isolation_option,
     common,
+    executor_options,
     task_registry,
 )
 from mleforge.cli.output import REPORT_COLUMNS, err_console, print_json, print_table, report_row
@@ -20,8 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     # The names of mleforge.sandbox.EXECUTOR_KINDS (not imported here: the CLI starts light).
     p.add_argument("--executor", default="local", choices=("local", "pool", "ray"),
                    help="local (a process per run), pool (forked from a warm zygote), ray (a Ray task per run)")
-    p.add_argument("--isolation", choices=("auto", "bwrap", "none"),
-                   help="sandbox isolation of the executor (on the nodes, for ray) (default: auto)")
+    add_isolation_option(p)
     p.add_argument("--cache", type=Path, metavar="PATH",
                    help="a result cache (SQLite): an identical earlier run is a lookup")
     p.add_argument("--cache-max-mb", type=float, metavar="MB",
@@ -47,8 +48,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         raise MleforgeError(f"no script at {script_path}")
     prepare(task)
     limits = RunLimits.of(None, task.spec.limits, timeout_s=args.timeout)
-    options = {"isolation": args.isolation} if args.isolation else {}
-    executor = make_executor(args.executor, **options)
+    executor = make_executor(args.executor, **executor_options(args))
     if args.cache:
         from mleforge.sandbox.caching_executor import CachingExecutor
 

@@ -53,6 +53,25 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=2048)
     p.add_argument("--threads", type=int, help="torch threads for local models")
     p.add_argument("--executor", default="local", help="sandbox backend (default local)")
+    add_isolation_option(p)
+
+
+ISOLATION_HELP = (
+    "auto or bwrap: every script in a bwrap sandbox (the system's bwrap, else the bundled one), or an error "
+    "saying why it cannot be used here; none: NO sandbox, a script can read the answers, your files and the "
+    "environment and use the network (only for code you trust) (default: $MLEFORGE_ISOLATION, else auto)"
+)
+
+
+def add_isolation_option(p: argparse.ArgumentParser) -> None:
+    """--isolation for commands that run scripts (read as `args.isolation`; None: not given)."""
+    p.add_argument("--isolation", choices=("auto", "bwrap", "none"), help=ISOLATION_HELP)
+
+
+def executor_options(args: argparse.Namespace) -> dict:
+    """make_executor's options from --isolation (nothing when not given: the executor reads
+    $MLEFORGE_ISOLATION, else auto)."""
+    return {"isolation": args.isolation} if getattr(args, "isolation", None) else {}
 
 
 def policy_options(args: argparse.Namespace, registry) -> dict:

@@ -10,6 +10,7 @@ from mleforge.cli.options import (
     POLICY_HELP,
     add_generation_options,
     common,
+    executor_options,
     policy_options,
     task_registry,
 )
@@ -65,7 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         ideas = sample_ideas(selection.selected, np.random.default_rng(args.seed), low=1, high=args.ideas)
     best: list = [None]
     try:
-        with make_executor(args.executor) as executor, Progress(
+        with make_executor(args.executor, **executor_options(args)) as executor, Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=err_console, disable=args.json,
         ) as progress:

@@ -41,6 +41,7 @@ class EvalConfig:
     max_new_tokens: int = 2048
     temperature: float = 0.7
     executor: str = "local"
+    isolation: str | None = None  # the executor's: auto, bwrap or none (None: $MLEFORGE_ISOLATION, else auto)
     policy_options: Mapping[str, Any] = field(default_factory=dict)
     train_runs: tuple[str, ...] = ()
 
@@ -53,6 +54,8 @@ class EvalConfig:
             raise ConfigError(f"seeds must be >= 1; got {self.seeds}")
         if self.first_seed < 0:
             raise ConfigError(f"first_seed must be >= 0; got {self.first_seed}")
+        if self.isolation is not None and self.isolation not in ("auto", "bwrap", "none"):
+            raise ConfigError(f"isolation must be auto, bwrap or none (or None); got {self.isolation!r}")
         if self.workers is not None and self.workers < 1:
             raise ConfigError(f"workers must be >= 1 (or None for half the CPUs); got {self.workers}")
         try:

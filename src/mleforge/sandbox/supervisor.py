@@ -24,11 +24,15 @@ The warm pool (pool/zygote.py) runs this file as a module in its zygote and call
 process then reseeds the random generators it inherited and ends without
 tearing down the preloaded modules (`_exit_warm`).
 
-The script can reach this process (it is its parent) and could kill it or
-write to the status pipe through /proc; the executor treats a missing status as
-a signal death and takes the last status line, written after the script's
-processes are gone. Nothing the script forges here can earn a score: scores
-come from grading the submission file in the parent.
+The script runs as our uid and could reach this process through /proc: so we
+make ourselves non-dumpable before it exists (our /proc/<pid>/fd, mem and
+environ then need CAP_SYS_PTRACE, which nothing in the sandbox has), and its
+fork becomes dumpable again. It can still signal us: the executor believes our
+exit line only when we exited with status 0 ourselves (a supervisor killed or
+stopped past the timeout is a crash or a timeout, never a clean exit), and only
+when the status pipe holds nothing but our own lines (see process.py).
+Nothing the script forges here can earn a score: scores come from grading the
+submission file in the parent.
 """
 
 # The C module: `signal` imports enum, ~8 ms of start-up in every run. The script's
@@ -41,6 +45,7 @@ import sys
 import time
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 _IGNORED_HERE = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR2")
 PARENT_DIED = signal.SIGUSR1  # the death signal asked for without bwrap
@@ -191,6 +196,7 @@ def _forget_the_zygote() -> None:
 def _run_script(script: str, status_fd: int, pdeathsig: bool, warm: bool = False, supervisor: int = 0) -> None:
     """In the forked child: become the script. Never returns."""
     os.close(status_fd)
+    _prctl(PR_SET_DUMPABLE, 1)  # the script's own /proc/self, as under `python script.py`
     if warm:
         _forget_the_zygote()
     os.setpgid(0, 0)
@@ -303,6 +309,9 @@ def supervise(cfg: dict) -> None:
     if cfg.get("drop_to"):
         _drop_to(*cfg["drop_to"])
     _set_limits(cfg)
+    # After the uid change (which may set it from fs.suid_dumpable): the script must not
+    # open our status pipe, memory or environment through /proc/<our pid>/.
+    _prctl(PR_SET_DUMPABLE, 0)
     _emit(status_fd, {"event": "started", "pid": os.getpid(), "uid": os.getuid()})
 
     # The executor may die while we fork: its death signal waits until `child` is set,

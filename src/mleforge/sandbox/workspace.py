@@ -32,6 +32,7 @@ import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,19 +70,88 @@ def _private_dir(path: Path) -> None:
         os.chmod(path, 0o700)
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Deeper than this, remove_tree moves a folder up to the top before going in: the
+# descriptors held stay few however deep the tree is (past PATH_MAX too).
+_REMOVE_DEPTH = 32
+
+
 def remove_tree(path: Path) -> None:
-    """Remove a folder a hostile script wrote, whatever modes it left in there."""
-
-    def make_writable(func, failed, exc_info):
-        if not isinstance(exc_info[1], PermissionError):
-            raise exc_info[1]
-        for target in (os.path.dirname(failed), failed):
-            with contextlib.suppress(OSError, NotImplementedError):
-                os.chmod(target, 0o700, follow_symlinks=False)
-        func(failed)
-
+    """Remove a folder a hostile script wrote, whatever it left in there: folders of mode
+    0, without write or search permission, nested past PATH_MAX or deeper than any
+    recursion. Relative to directory descriptors throughout (never a long path), each
+    folder made ours (0700) before it is read; nothing is followed through a symlink."""
+    try:
+        info = os.lstat(path)
+        if not stat.S_ISDIR(info.st_mode):
+            os.unlink(path)
+            return
+        with contextlib.suppress(OSError):
+            os.chmod(path, 0o700)
+        top = os.open(path, _DIR_FLAGS)
+    except FileNotFoundError:
+        return
+    try:
+        moved = _empty(top, top)
+        while moved:  # folders moved up from deep down: each is emptied the same way
+            name = moved.pop()
+            moved += _empty_child(top, name, top)
+            os.rmdir(name, dir_fd=top)
+    finally:
+        os.close(top)
     with contextlib.suppress(FileNotFoundError):
-        shutil.rmtree(path, onerror=make_writable)
+        os.rmdir(path)
+
+
+def _empty_child(parent: int, name: str, top: int) -> list[str]:
+    with contextlib.suppress(OSError):
+        os.chmod(name, 0o700, dir_fd=parent)  # a folder: not followed (lstat said so)
+    fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    try:
+        return _empty(fd, top)
+    finally:
+        os.close(fd)
+
+
+def _empty(root: int, top: int) -> list[str]:
+    """Remove everything below the folder `root`; folders found deeper than _REMOVE_DEPTH
+    are moved into `top` instead (their new names are returned) and left for the caller."""
+    moved: list[str] = []
+    stack = [(root, iter(os.listdir(root)), None)]  # (fd, names left, its name in the parent)
+    try:
+        while stack:
+            fd, names, own_name = stack[-1]
+            name = next(names, None)
+            if name is None:
+                stack.pop()
+                if stack:
+                    os.close(fd)
+                    with contextlib.suppress(FileNotFoundError):  # removed meanwhile (its run's own cleanup)
+                        os.rmdir(own_name, dir_fd=stack[-1][0])
+                continue
+            try:
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISDIR(info.st_mode):
+                    os.unlink(name, dir_fd=fd)
+                elif len(stack) >= _REMOVE_DEPTH:
+                    flat = f".mleforge-rm-{secrets.token_hex(8)}"
+                    os.rename(name, flat, src_dir_fd=fd, dst_dir_fd=top)
+                    moved.append(flat)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.chmod(name, 0o700, dir_fd=fd)
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                    try:
+                        stack.append((child, iter(os.listdir(child)), name))
+                    except BaseException:
+                        os.close(child)
+                        raise
+            except FileNotFoundError:  # removed meanwhile
+                continue
+    finally:
+        for fd, _, _ in stack[1:]:
+            os.close(fd)
+    return moved
 
 
 def clean_stale(base: Path) -> list[Path]:
@@ -197,33 +267,67 @@ def _make_read_only(root: Path) -> None:
         os.chmod(dirpath, 0o555)
 
 
-def disk_usage(ws: Workspace, stop_at_files: int) -> tuple[int, int]:
-    """(bytes on disk, entries) written in the workspace, input excepted.
+# Folders nested deeper than this count as over the disk limit: the walk holds one
+# descriptor per level, and no honest script nests its workspace so deep.
+DISK_DEPTH = 64
 
-    Counts allocated blocks, so sparse files count for what they really use. Stops
-    counting at `stop_at_files` entries: a script making millions of files must
-    not make each check take seconds.
+
+def disk_usage(ws: Workspace, stop_at_files: int) -> tuple[int, int, str | None]:
+    """(bytes on disk, entries, why the count cannot be trusted) of what the run wrote in
+    its workspace, input excepted.
+
+    Counts allocated blocks, so sparse files count for what they really use. Walks by
+    directory descriptors (a path past PATH_MAX is no escape); a folder it cannot read
+    (mode 0) or nested deeper than DISK_DEPTH could hide any amount, so it is reported
+    as the third item, which the executors treat as over the limit. Stops counting at
+    `stop_at_files` entries: a script making millions of files must not make each
+    check take seconds.
     """
     total, entries = 0, 0
-    stack = [str(ws.path)]
-    while stack and entries < stop_at_files:
-        try:
-            scan = os.scandir(stack.pop())
-        except OSError:
-            continue
-        with scan:
-            for entry in scan:
-                if entry.name == INPUT_DIR and os.path.dirname(entry.path) == str(ws.path):
-                    continue
-                entries += 1
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                total += info.st_blocks * 512
-                if stat.S_ISDIR(info.st_mode):
-                    stack.append(entry.path)
-    return total, entries
+    try:
+        top = os.open(ws.path, _DIR_FLAGS)
+    except OSError as exc:
+        return 0, 0, f"the workspace cannot be read ({exc.strerror})"
+    # Depth first, one open folder (descriptor and listing) per level.
+    stack: list[tuple[int, Iterator[os.DirEntry]]] = []
+    try:
+        stack.append((top, os.scandir(top)))
+        while stack and entries < stop_at_files:
+            fd, scan = stack[-1]
+            entry = next(scan, None)
+            if entry is None:
+                stack.pop()
+                scan.close()
+                os.close(fd)
+                continue
+            if fd == top and entry.name == INPUT_DIR:
+                continue
+            entries += 1
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            total += info.st_blocks * 512
+            if not stat.S_ISDIR(info.st_mode):
+                continue
+            if len(stack) >= DISK_DEPTH:
+                return total, entries, f"folders nested deeper than {DISK_DEPTH} levels"
+            try:
+                child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            try:
+                stack.append((child, os.scandir(child)))
+            except BaseException:
+                os.close(child)
+                raise
+    except OSError as exc:
+        return total, entries, f"a folder of the workspace cannot be read ({exc.strerror})"
+    finally:
+        for fd, scan in stack:
+            scan.close()
+            os.close(fd)
+    return total, entries, None
 
 
 def take_submission(ws: Workspace, dest_dir: Path) -> tuple[Path | None, str | None]:

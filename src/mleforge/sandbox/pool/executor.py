@@ -38,8 +38,9 @@ supervisor, same result):
   is a subreaper and kills whatever the script left once the supervisor is gone.
 - the isolated pool needs root (the zygote keeps CAP_SYS_ADMIN, CAP_NET_ADMIN,
   CAP_SETUID and CAP_SETGID inside its sandbox to make each run's namespaces;
-  every run drops them all). As any other user, or without bwrap, the pool runs
-  unisolated, with the same loud warning as the local executor.
+  every run drops them all). As any other user, or without a working bwrap, the
+  pool refuses to start (auto included); it runs unisolated only when asked for
+  (isolation "none"), with the same loud warning as the local executor.
 """
 
 from __future__ import annotations
@@ -56,9 +57,16 @@ from mleforge.errors import ConfigError, SandboxError
 from mleforge.sandbox import bwrap as bw
 from mleforge.sandbox.env import sandbox_env
 from mleforge.sandbox.limits import MIB, RunLimits
-from mleforge.sandbox.local import Isolation, LocalExecutor, _rlimits, supervisor_config
+from mleforge.sandbox.local import (
+    OPT_OUT,
+    Isolation,
+    LocalExecutor,
+    _rlimits,
+    run_memory_limit_kb,
+    supervisor_config,
+)
 from mleforge.sandbox.pool.client import RUN_ID_SLOT, RunChannel, Zygote, ZygoteGone, zygote_command
-from mleforge.sandbox.process import Spawned, Watched, sweep, watch
+from mleforge.sandbox.process import Spawned, Watched, pid_of_pidfd, sweep, tree_memory_kb, watch
 from mleforge.sandbox.workspace import Workspace, _private_dir, disk_usage
 
 log = logging.getLogger("mleforge.sandbox")
@@ -83,7 +91,7 @@ class PoolExecutor(LocalExecutor):
 
     def __init__(
         self,
-        isolation: str = "auto",
+        isolation: str | None = None,
         *,
         python: str | None = None,
         base_dir: str | Path | None = None,
@@ -124,9 +132,11 @@ class PoolExecutor(LocalExecutor):
 
     def _choose_isolation(self) -> Isolation:
         if os.geteuid() != 0 and self.requested != "none":
-            if self.requested == "bwrap":
-                raise SandboxError(f"bwrap isolation was asked for, but {NEEDS_ROOT}; use the local executor")
-            return self._unisolated(f"{NEEDS_ROOT} (the local executor isolates runs as any user)", False)
+            # Never silently unisolated: as another user the pool refuses, auto included.
+            raise SandboxError(
+                f"the warm pool cannot isolate runs here: {NEEDS_ROOT}. Use the local executor "
+                f"(--executor local), which isolates runs with bwrap as any user; {OPT_OUT}"
+            )
         return super()._choose_isolation()
 
     def _probe(self, candidate: Isolation) -> str | None:
@@ -243,7 +253,7 @@ class PoolExecutor(LocalExecutor):
             finally:
                 for fd in writes:
                     os.close(fd)  # the run holds them now
-            watched, cpu = self._watch(run, reads, ws, run_id, limits, sandboxed, started, cancel)
+            watched, cpu = self._watch(run, reads, ws, run_id, limits, sandboxed, started, cancel, zygote.ready)
             if watched.exit_code is None and watched.last("exit") is None and not zygote.alive():
                 raise SandboxError(
                     "the warm pool's zygote ended during the run (the pool was closed, or the zygote "
@@ -297,19 +307,27 @@ class PoolExecutor(LocalExecutor):
             "uid": uid, "shm_mb": max(64, limits.memory_mb // 2), "config": config, "env": env,
         }
 
-    def _watch(self, run, reads, ws, run_id, limits, sandboxed, started, cancel) -> tuple[Watched, float]:
+    def _watch(self, run, reads, ws, run_id, limits, sandboxed, started, cancel, ready) -> tuple[Watched, float]:
         def kill(thorough: bool) -> None:
             run.kill()
             if thorough and not sandboxed:  # as the local executor: by the run id they carry
                 sweep(run_id.encode())
 
         def over_disk() -> bool:
-            used, entries = disk_usage(ws, limits.max_files + 1)
-            return used > limits.disk_mb * MIB or entries > limits.max_files
+            used, entries, uncountable = disk_usage(ws, limits.max_files + 1)
+            # What cannot be counted (an unreadable or too deep folder) could hide anything.
+            return uncountable is not None or used > limits.disk_mb * MIB or entries > limits.max_files
+
+        child = pid_of_pidfd(run.child_pidfd)  # the run's init (isolated) or supervisor
+        baseline = int(ready.get("rss_kb", 0))  # the zygote's pages every run starts with
+
+        def over_memory() -> bool:
+            return child is not None and tree_memory_kb(child) > run_memory_limit_kb(limits, baseline)
 
         spawned = Spawned(reads[0], reads[1], run.exited, run.fileno)
         try:
-            watched = watch(spawned, reads[2], limits, started, over_disk=over_disk, kill=kill, cancel=cancel)
+            watched = watch(spawned, reads[2], limits, started, over_disk=over_disk, kill=kill, cancel=cancel,
+                            over_memory=over_memory)
         except BaseException:  # our bug or a KeyboardInterrupt: the run must not outlive it
             kill(True)
             deadline = time.monotonic() + 10

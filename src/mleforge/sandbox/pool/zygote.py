@@ -86,6 +86,7 @@ def serve(ctl: socket.socket) -> None:
     ctl.send(marshal.dumps({
         "event": "ready", "pid": os.getpid(), "loaded": loaded, "failed": failed,
         "data_kb": status.get("VmData", 0), "size_kb": status.get("VmSize", 0),
+        "rss_kb": status.get("VmRSS", 0),
     }))
     slots = _slots()
     zygote = os.getpid()
@@ -295,6 +296,7 @@ def _init(request: dict, slots: dict) -> None:
         child = os.fork()
         if child == 0:
             _supervise(request, slots)
+        os.close(STATUS_FD)  # only the supervisor writes the status: nothing here to reach
         _write_slot(slots, "role", ROLES["init"])
         while True:  # signals from inside the namespace do not reach pid 1: only this ends it
             pid, wstatus = os.waitpid(-1, 0)
