@@ -46,6 +46,7 @@ def _write_json(path: Path, data: Any) -> None:
 
 def cmd_eval_stepwise(args: argparse.Namespace) -> int:
     from mleforge.agent.prompts import PromptConfig
+    from mleforge.cli.options import executor_options
     from mleforge.cli.output import err_console, print_json, print_table
     from mleforge.errors import ConfigError
     from mleforge.eval.contamination import RUN_RECORD, check_contamination
@@ -72,7 +73,7 @@ def cmd_eval_stepwise(args: argparse.Namespace) -> int:
         err_console.print(f"[bold red]warning:[/] {contamination.warning}", highlight=False)
     quiet = bool(getattr(args, "json", False))
 
-    with make_executor(_get(args, "executor", "local")) as executor:
+    with make_executor(_get(args, "executor", "local"), **executor_options(args)) as executor:
         stages = tuple(s.strip() for s in args.stages.split(",") if s.strip())
         states = stepwise_states(tasks, n_states=args.states, seed=args.state_seed, journals=args.journals,
                                  work_dir=out / "expert", stages=stages, registry=registry,
