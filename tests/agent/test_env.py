@@ -32,7 +32,7 @@ def test_reward_and_next_states(prepared_registry, executor):
     obs, _ = env.reset(seed=1, options={"ideas": ["use gradient boosting"]})
     assert "use gradient boosting" in obs["messages"][-1]["content"]
     _, reward, _, _, info = env.step(CRASH)
-    assert info["outcome"] == "execution_error" and reward == 0.0
+    assert info["outcome"] == "execution_error" and reward == -0.2  # r_fail
     assert "boom" in info["node"]["execution"]["stderr"]
     assert info["next_state"].stage == "debug"
     _, reward, _, _, info = env.step(COPY_SAMPLE)

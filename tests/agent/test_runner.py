@@ -40,7 +40,7 @@ def test_search_saves_everything(titanic, executor, tmp_path):
     assert result.report.normalized_score == 0.0  # the sample submission is the baseline
     assert result.best_node_id == journal.nodes[1].id  # the earliest among equal scores
     lines = [json.loads(x) for x in (tmp_path / "run" / "steps.jsonl").read_text().splitlines()]
-    assert [x["reward"]["total"] for x in lines] == [0.0, 0.5, 0.0, 0.5]
+    assert [x["reward"]["total"] for x in lines] == [-0.2, 0.5, -0.3, 0.5]  # crash, valid, no code, valid
     assert [(x["tokens"], x["prompt_tokens"], x["latency_s"]) for x in lines] == [(10, 100, 0.0)] * 4
     assert lines[2]["wall_s"] is None and all(x["wall_s"] > 0 for x in lines[:2] + lines[3:])  # 3rd: no run
     for node in journal.nodes:

@@ -25,7 +25,7 @@ MALFORMED = {
 def env(prepared_registry):
     task = prepared_registry.get("titanic")
     with make_executor("local") as executor:
-        yield task, executor, RewardContext(task, RewardConfig(r_format=-0.1, r_fail=0.0))
+        yield task, executor, RewardContext(task, RewardConfig(r_format=-0.1, r_fail=0.0, r_invalid=0.0))
 
 
 @pytest.mark.parametrize("name", sorted(MALFORMED))

@@ -76,7 +76,8 @@ def test_rates_and_sems_on_a_hand_made_case(titanic, executor):
     assert outcomes == ["valid", "execution_error", "format_error", "valid", "valid"]
     assert [r.improved for r in result.records] == [None, None, None, False, True]
     rewards = [r.reward for r in result.records]
-    assert rewards[:4] == [0.5, 0.0, 0.0, 0.5] and rewards[4] > 0.5  # same score: 0.5; better: more
+    # same score: 0.5; a crash -0.2 (r_fail); no code -0.3 (r_format); better: more than 0.5
+    assert rewards[:4] == [0.5, -0.2, -0.3, 0.5] and rewards[4] > 0.5
     m = result.metrics
     # format errors [0, 0, 1, 0, 0]: mean 0.2, sample variance (4 * 0.04 + 0.64) / 4 = 0.2, SEM sqrt(0.2 / 5) = 0.2
     assert m["format_error_rate"] == {"mean": pytest.approx(0.2), "sem": pytest.approx(0.2), "n": 5}
@@ -85,8 +86,8 @@ def test_rates_and_sems_on_a_hand_made_case(titanic, executor):
     # improved on the best, over the two improve states [0, 1]: mean 0.5, variance 0.5, SEM sqrt(0.5 / 2) = 0.5
     assert m["improve_rate"] == {"mean": pytest.approx(0.5), "sem": pytest.approx(0.5), "n": 2}
     r = rewards[4]
-    mean = (1.0 + r) / 5
-    var = sum((x - mean) ** 2 for x in [0.5, 0.0, 0.0, 0.5, r]) / 4
+    mean = (0.5 - 0.2 - 0.3 + 0.5 + r) / 5
+    var = sum((x - mean) ** 2 for x in [0.5, -0.2, -0.3, 0.5, r]) / 4
     assert m["mean_reward"] == {"mean": pytest.approx(mean), "sem": pytest.approx(math.sqrt(var / 5)), "n": 5}
     assert result.by_stage["debug"]["format_error_rate"] == {"mean": 1.0, "sem": None, "n": 1}
     assert StepwiseResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result

@@ -81,20 +81,45 @@ def test_delta_is_clipped_and_scale_floored():
     assert r.scale == 1e-6 and r.total == pytest.approx(SIGMOID_30, abs=1e-15)
 
 
-@pytest.mark.parametrize("case", ["execution_error", "timeout", "invalid_submission"])
-def test_failures_earn_r_fail(case):
-    assert compute_reward(case) == RewardBreakdown(case=case, total=0.0)
-    config = RewardConfig(r_format=-1.0, r_fail=-0.5)
-    assert compute_reward(case, score=0.9, config=config).total == -0.5  # a score is ignored
+@pytest.mark.parametrize("case, total", [("execution_error", -0.2), ("timeout", -0.2),
+                                         ("invalid_submission", -0.1)])
+def test_failures_earn_their_case_reward(case, total):
+    assert compute_reward(case) == RewardBreakdown(case=case, total=total)
+    config = RewardConfig(r_format=-1.0, r_fail=-0.5, r_invalid=-0.25)
+    expected = -0.25 if case == "invalid_submission" else -0.5
+    assert compute_reward(case, score=0.9, config=config).total == expected  # a score is ignored
 
 
 def test_format_error_earns_r_format():
-    assert compute_reward("format_error").total == 0.0
+    assert compute_reward("format_error").total == -0.3
     assert compute_reward("format_error", config=RewardConfig(r_format=-1.0, r_fail=-0.5)).total == -1.0
 
 
+def test_failures_are_ordered_below_every_valid_run():
+    # the default order: format error < crash = timeout < invalid submission < the worst valid run
+    rewards = [compute_reward(c).total for c in ("format_error", "execution_error", "timeout",
+                                                 "invalid_submission")]
+    assert rewards == [-0.3, -0.2, -0.2, -0.1]
+    lowest = RewardConfig().lowest_valid_reward
+    assert lowest == pytest.approx(SIGMOID_MINUS_30, rel=1e-9) and lowest > -0.1
+
+
+def test_valid_floor_lifts_every_valid_reward():
+    # floor 0.4: valid = 0.4 + 0.6 * sigmoid(3 * delta); no change -> 0.4 + 0.3 = 0.7
+    config = RewardConfig(r_format=0.0, r_fail=0.1, r_invalid=0.2, valid_floor=0.4)
+    assert config.neutral_reward == pytest.approx(0.7)
+    same = compute_reward("valid", score=0.8, reference=0.8, scale=0.1, config=config)
+    assert same.base == 0.5 and same.total == pytest.approx(0.7)
+    # delta = (0.9 - 0.8) / 0.1 = 1: sigmoid(3) = 0.95257413, total 0.4 + 0.6 * 0.95257413 = 0.97154448
+    up = compute_reward("valid", score=0.9, reference=0.8, scale=0.1, config=config)
+    assert up.total == pytest.approx(0.97154448, abs=1e-8)
+    worst = compute_reward("valid", score=-1e9, reference=0.8, scale=1e-9, config=config)
+    assert worst.total == pytest.approx(0.4 + 0.6 * SIGMOID_MINUS_30) and worst.total > 0.2
+
+
 def test_any_valid_run_beats_any_failure():
-    for config in (RewardConfig(), RewardConfig(alpha=10.0, delta_clip=50.0), RewardConfig(r_format=-0.2, r_fail=-0.1)):
+    for config in (RewardConfig(), RewardConfig(alpha=10.0, delta_clip=50.0), RewardConfig(r_format=-0.2, r_fail=-0.1),
+                   RewardConfig(r_format=0.0, r_fail=0.1, r_invalid=0.3, valid_floor=0.3 + 1e-9)):
         failures = [compute_reward(c, config=config).total for c in
                     ("format_error", "execution_error", "timeout", "invalid_submission")]
         for lower in (False, True):
@@ -189,7 +214,11 @@ def test_reference_score():
     ({"position_weight": -0.1}, "position_weight"),
     ({"medal_bonus_gold": -1.0}, "medal_bonus_gold"),
     ({"r_format": 0.1}, "r_format .* > reward.r_fail"),
-    ({"r_fail": 0.1, "r_format": 0.0}, "any valid submission beats any failure"),
+    ({"r_fail": 0.1, "r_format": 0.0}, "r_fail .* > reward.r_invalid"),
+    ({"r_invalid": 0.1}, "any valid submission beats any failure"),
+    ({"r_format": 0.0, "r_fail": 0.1, "r_invalid": 0.25, "valid_floor": 0.2}, "raise valid_floor"),
+    ({"valid_floor": 1.0}, "valid_floor"),
+    ({"valid_floor": -0.1}, "valid_floor"),
 ])
 def test_config_rejects_bad_values(kwargs, message):
     with pytest.raises(ConfigError, match=message):

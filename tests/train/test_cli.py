@@ -80,6 +80,51 @@ def test_two_steps_of_mleforge_train_write_every_promised_file(tiny, titanic, jo
     assert code == 0 and json.loads(out) == printed
 
 
+def test_sft_auto_warm_starts_and_evaluates_before_and_after(tiny, titanic, data_root, tmp_path):
+    """The main job's shape with a tiny model: --sft auto collects with the template expert (compact
+    prompts), fine-tunes, seeds the buffer from the same journals, and the step-wise evaluation runs
+    on a task the run does not train on, on the same states before and after."""
+    from mleforge.eval.stepwise import StepwiseResult
+    from mleforge.train.samples import read_samples
+
+    run = tmp_path / "run"
+    code, out = cli("train", "--model", f"hf:{tiny}", "--tasks", "titanic", "--eval-tasks", "penguins",
+                    "--steps", "2", "--group-size", "2", "--max-new-tokens", "8", "--sft-steps", "1",
+                    "--expert-steps", "3", "--stepwise-states", "2", "--sft-max-length", "16000",
+                    "--executor", "local", "--engine", "transformers", "--run-dir", str(run),
+                    "--data-dir", str(data_root), "--json")
+    assert code == 0 and json.loads(out)["steps"] == 2
+    config = TrainConfig.from_dict(yaml.safe_load((run / "config.yaml").read_text()))
+    assert (config.sft, config.prompt.profile, config.engine) == ("auto", "compact", "transformers")
+
+    # the warm start: collect (compact prompts, the training task) then SFT from the tiny model
+    collected = json.loads((run / "collect" / "collect.json").read_text())
+    assert collected["tasks"] == ["titanic"] and collected["prompt_profile"] == "compact"
+    samples = list(read_samples(run / "collect" / "samples.jsonl"))
+    assert samples and len(samples) == collected["samples"]
+    sft = json.loads((run / "sft" / "run.json").read_text())
+    assert sft["kind"] == "sft" and sft["status"] == "done" and sft["steps"] == 1 and sft["tasks"] == ["titanic"]
+    assert (run / "sft" / "model" / "adapter_config.json").is_file()
+    assert not (run / "expert").exists()  # the buffer was seeded from collect/'s journals, not made again
+    assert json.loads((run / "checkpoints" / "checkpoint-2" / "mleforge_model.json").read_text())
+
+    # the step-wise evaluation: penguins, the model as given before, final/ after, the same states
+    before, after = (json.loads((run / "stepwise" / f"{x}.json").read_text()) for x in ("before", "after"))
+    assert before["available"] and after["available"]
+    assert (before["policy"], after["policy"]) == (f"hf:{tiny}", f"hf:{run / 'final'}")
+    assert before["tasks"] == after["tasks"] == ["penguins"] and before["prompt_profile"] == "compact"
+    assert [r["state_id"] for r in before["records"]] == [r["state_id"] for r in after["records"]]
+    assert 1 <= before["n_states"] <= 2 and before["sampling"] == after["sampling"]
+    assert before["engine"]["name"] == "transformers"
+    assert StepwiseResult.from_dict(before).records[0].stage in ("debug", "improve")
+    md = (run / "report" / "report.md").read_text()
+    assert "## Before and after training" in md and "| mean reward |" in md
+    # resumed when done: nothing is collected, fine-tuned or evaluated again
+    mtimes = {p: p.stat().st_mtime for p in (run / "collect" / "collect.json", run / "stepwise" / "after.json")}
+    code, _ = cli("train", "--resume", str(run), "--data-dir", str(data_root), "--json")
+    assert code == 0 and all(p.stat().st_mtime == t for p, t in mtimes.items())
+
+
 BASE = ("train", "--tasks", "titanic", "--eval-tasks", "", "--sft", "none", "--steps", "1")
 
 
@@ -88,7 +133,6 @@ BASE = ("train", "--tasks", "titanic", "--eval-tasks", "", "--sft", "none", "--s
     (("--tasks", "no-such-task"), "no task 'no-such-task'"),
     (("--model", "hf:/no/such/model"), "is not a folder"),
     (("--model", "bundled:no-such-model"), "no bundled model 'no-such-model'"),
-    (("--sft", "auto"), "--sft auto collects expert samples with `mleforge collect`"),
     (("--sft", "/no/such/sft"), "--sft /no/such/sft: no such folder"),
     (("--eval-tasks", "titanic"), "--eval-tasks titanic are also training tasks"),
     (("--micro-batch", "3"), "micro_batch: got 3; a step's 1 x 4 = 4 sequences must split"),

@@ -125,7 +125,7 @@ def test_filtering_keeps_valid_steps_and_fixed_bugs(prepared_registry, executor,
     assert kept.skipped == 1 and kept.ran == 0  # nothing ran again: the samples were re-made from journals
     draft, debug_again = read_samples(kept.samples_path)
     assert (draft["stage"], draft["outcome"], draft["valid"], draft["reward"]) == \
-        ("draft", "execution_error", False, 0.0)
+        ("draft", "execution_error", False, -0.2)  # r_fail
     assert 1 <= len(draft["ideas"]) <= 2 and debug_again == debug
     assert kept.counts["left_out"] == {"no_completion": 1}
 

@@ -13,7 +13,7 @@ from mleforge.train.config import PRESETS, ModelConfig, SFTConfig, TrainConfig
 from mleforge.train.errors import TrainError
 from mleforge.train.generation import register_engine, resolve_generation, trl_generation_args
 from mleforge.train.model import cpu_has_bf16
-from mleforge.train.prompts import FALLBACK_COMPACT, compact_prompt
+from mleforge.train.prompts import compact_prompt
 
 
 def test_the_defaults_are_the_cpu_preset_and_every_preset_validates():
@@ -60,11 +60,26 @@ def test_sft_config_and_sft_modes():
 
 
 def test_the_compact_prompt_profile():
-    prompt = compact_prompt()
-    if hasattr(prompt, "profile"):
-        assert prompt.profile == "compact"
-    else:  # an agent without the profile: its nearest budgets
-        assert all(getattr(prompt, k) == v for k, v in FALLBACK_COMPACT.items())
+    from mleforge.agent.prompts import COMPACT_CODE_CHARS, PromptConfig
+
+    prompt = compact_prompt()  # the compact preset's budgets, not a bare profile="compact"
+    assert prompt == PromptConfig.compact() == PromptConfig.for_profile("compact", code_chars=COMPACT_CODE_CHARS)
+    assert (prompt.profile, prompt.memory_nodes, prompt.output_tail_chars, prompt.code_chars) == (
+        "compact", 0, 500, COMPACT_CODE_CHARS)
+    assert TrainConfig().prompt == prompt and TrainConfig.preset_config("gpu-1x").prompt.profile == "full"
+
+
+def test_eval_tasks_leave_the_group_and_the_reward_neutral_reaches_the_curriculum():
+    from mleforge.reward import RewardConfig
+
+    cpu = TrainConfig()
+    assert (cpu.eval_tasks, cpu.stepwise_states, cpu.engine, cpu.quantization) == (
+        "penguins,breast-cancer", 8, "auto", None)
+    assert cpu.learnability.improve_neutral == 0.5
+    floored = TrainConfig(reward=RewardConfig(r_format=0.0, r_fail=0.1, r_invalid=0.2, valid_floor=0.4))
+    assert floored.learnability.improve_neutral == pytest.approx(0.7)  # 0.4 + 0.6 / 2
+    with pytest.raises(ConfigError, match="quantization applies to the ct2 engine"):
+        TrainConfig(engine="transformers", quantization="int8")
 
 
 def test_generation_backends():

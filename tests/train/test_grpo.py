@@ -23,7 +23,7 @@ from mleforge.train.rewards import ExecutingReward  # noqa: E402
 from tests.agent.scripted import COPY_SAMPLE, CRASH  # noqa: E402
 from tests.train import engines  # noqa: E402  (registers the test engines)
 
-REWARDS = RewardConfig(r_format=-0.1, r_fail=0.0)
+REWARDS = RewardConfig(r_format=-0.1, r_fail=0.0, r_invalid=0.0)
 DRAFT = State.draft("titanic", direction="higher")
 
 

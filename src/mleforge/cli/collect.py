@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mleforge.cli.options import common
+from mleforge.cli.options import add_isolation_option, common
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--run-timeout", type=float, help="per-execution limit (default: the task's)")
     p.add_argument("--workers", type=int, help="episodes at once (default: half the CPUs)")
     p.add_argument("--executor", default=defaults.executor, help="sandbox backend (default local)")
+    add_isolation_option(p)
     p.add_argument("--out", default="runs/collect", help="collect folder (default runs/collect; resumed if present)")
     p.add_argument("--fresh", action="store_true", help="delete the folder first instead of resuming")
     p.set_defaults(func=cmd_collect)
@@ -60,7 +61,7 @@ def config_from_args(args: argparse.Namespace):
         first_seed=args.first_seed, steps=args.steps, drafts=args.drafts, ideas_low=min(1, args.ideas),
         ideas_high=args.ideas, idea_source=args.idea_source, embedder=args.embedder,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, run_timeout_s=args.run_timeout,
-        workers=args.workers, executor=args.executor, prompt_profile=args.prompt_profile,
+        workers=args.workers, executor=args.executor, isolation=args.isolation, prompt_profile=args.prompt_profile,
         code_chars=args.code_chars, keep_failures=args.keep_failures, keep_hidden_edits=args.keep_hidden_edits,
     )
 

@@ -46,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from mleforge.cli.engine_options import engine_options
+
     """Evaluate a policy on tasks x seeds (MLE-bench style), in parallel, resumable; writes aggregate.json."""
     if args.stepwise:
         return cmd_eval_stepwise(args)
@@ -60,7 +62,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         time_limit_s=args.time_limit, run_timeout_s=args.run_timeout, workers=args.workers, drafts=args.drafts,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, executor=args.executor,
         isolation=args.isolation,
-        policy_options={"num_threads": args.threads} if local and args.threads else {},
+        policy_options={**({"num_threads": args.threads} if local and args.threads else {}),
+                        **engine_options(args, args.policy)},
         train_runs=tuple(args.trained_on or ()),
     )
     grid = EvalGrid(config, args.out or f"runs/eval/{safe_name(args.policy)}", registry=task_registry(args))

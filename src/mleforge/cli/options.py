@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from mleforge.cli.engine_options import add_engine_arguments, engine_options
 from mleforge.errors import MleforgeError
 
 POLICY_HELP = "template | openai:<model> | hf:<path> | bundled:smollm2-135m | bundled:qwen2.5-coder-0.5b"
@@ -54,6 +55,7 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="torch threads for local models")
     p.add_argument("--executor", default="local", help="sandbox backend (default local)")
     add_isolation_option(p)
+    add_engine_arguments(p)  # --engine, --quantization: how a local model generates
 
 
 ISOLATION_HELP = (
@@ -78,8 +80,9 @@ def policy_options(args: argparse.Namespace, registry) -> dict:
     """Options for make_policy: the template expert reads tasks from the same registry;
     local models use one torch thread per core share."""
     prefix = args.policy.partition(":")[0]
+    options = engine_options(args, args.policy)  # refuses --engine for a policy without engines
     if prefix == "template":
-        return {"registry": registry}
+        return {"registry": registry, **options}
     if prefix in ("hf", "bundled") and args.threads:
-        return {"num_threads": args.threads}
-    return {}
+        return {"num_threads": args.threads, **options}
+    return options

@@ -46,6 +46,7 @@ def _write_json(path: Path, data: Any) -> None:
 
 def cmd_eval_stepwise(args: argparse.Namespace) -> int:
     from mleforge.agent.prompts import PromptConfig
+    from mleforge.cli.engine_options import engine_options
     from mleforge.cli.options import executor_options
     from mleforge.cli.output import err_console, print_json, print_table
     from mleforge.errors import ConfigError
@@ -82,6 +83,7 @@ def cmd_eval_stepwise(args: argparse.Namespace) -> int:
         options: dict[str, Any] = {"registry": registry} if prefix == "template" else {}
         if prefix in ("hf", "bundled") and getattr(args, "threads", None):
             options["num_threads"] = args.threads
+        options.update(engine_options(args, policy_name))
         sampling = SamplingConfig(temperature=_get(args, "temperature", 0.7),
                                   max_new_tokens=_get(args, "max_new_tokens", 2048), seed=args.state_seed)
         record = {"kind": "stepwise", "policy": policy_name, "tasks": [t.id for t in tasks],

@@ -8,9 +8,11 @@ before anything heavy starts.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
-from mleforge.cli.options import common
+from mleforge.cli.engine_options import add_engine_arguments
+from mleforge.cli.options import add_isolation_option, common
 from mleforge.cli.output import err_console, print_json, print_table
 
 # flag -> (TrainConfig field, or "model.<field>")
@@ -18,8 +20,9 @@ FLAGS = {
     "model": "model.spec", "tasks": "tasks", "eval_tasks": "eval_tasks", "steps": "steps",
     "group_size": "group_size", "groups_per_step": "groups_per_step", "max_new_tokens": "max_new_tokens",
     "lr": "lr", "lora_rank": "model.lora_rank", "sampler": "sampler", "sft": "sft", "seed": "seed",
-    "journals": "journals", "executor": "executor", "generation": "generation", "threads": "model.threads",
-    "exec_workers": "exec_workers", "micro_batch": "micro_batch",
+    "journals": "journals", "executor": "executor", "isolation": "isolation", "generation": "generation", "threads": "model.threads",
+    "exec_workers": "exec_workers", "micro_batch": "micro_batch", "sft_steps": "sft_steps", "sft_max_length": "sft_max_length",
+    "expert_steps": "expert_steps", "stepwise_states": "stepwise_states", "quantization": "quantization",
 }
 
 
@@ -47,7 +50,9 @@ def register(subparsers) -> None:
                                  "default) | none | PATH (an `mleforge sft` run or its model/)")
     p.add_argument("--journals", help="a folder of collected runs whose journals seed the buffer (default: the "
                                       "template expert makes them)")
-    p.add_argument("--executor", choices=("local", "pool", "ray"), help="sandbox backend (default pool)")
+    p.add_argument("--executor", choices=("auto", "local", "pool", "ray"),
+                   help="sandbox backend (default auto: the warm pool as root, else local)")
+    add_isolation_option(p)
     p.add_argument("--exec-workers", type=int, help="rollouts executed at once (default: CPUs / task CPUs)")
     p.add_argument("--generation", help="auto | trl | vllm | a registered engine (default auto)")
     p.add_argument("--threads", type=int, help="torch CPU threads")
@@ -55,6 +60,13 @@ def register(subparsers) -> None:
     p.add_argument("--resume", metavar="RUN", help="continue the run in RUN from its last checkpoint (its own "
                                                    "config; no other setting may be given)")
     p.add_argument("--seed", type=int, help="seed of every random choice (default 0)")
+    p.add_argument("--sft-steps", type=int, help="optimizer steps of the --sft auto warm start (default 8)")
+    p.add_argument("--sft-max-length", type=int, help="token cap of a warm-start sample (default 4096)")
+    p.add_argument("--expert-steps", type=int, help="steps of each template-expert episode (seeds, warm start, "
+                                                    "step-wise states; default 6)")
+    p.add_argument("--stepwise-states", type=int, help="states of the step-wise evaluation before and after "
+                                                       "(default 8)")
+    add_engine_arguments(p)  # the step-wise evaluation's generation; GRPO rollouts: --generation
     p.set_defaults(func=cmd_train)
 
 
@@ -74,6 +86,8 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         model["full"] = True
     if args.no_buffer_growth:
         out["buffer_growth"] = False
+    if getattr(args, "engine", "auto") != "auto":  # auto is the default: not an override
+        out["engine"] = args.engine
     if model:
         out["model"] = model
     return out
@@ -106,5 +120,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     print_table("train", ["run", "steps", "final model", "wall s"],
                 [[result.run_dir, result.steps, f"hf:{result.final_model}", result.wall_s]])
+    from mleforge.eval.stepwise import COMPARE_COLUMNS
+    from mleforge.train.grpo import stepwise_table
+
+    rows = stepwise_table(Path(result.run_dir))
+    if rows is not None:
+        print_table("step-wise evaluation on the eval tasks (mean ± SEM over states)", list(COMPARE_COLUMNS),
+                    [list(r) for r in rows])
     err_console.print(f"report: {result.report}  (mleforge report {result.run_dir})", highlight=False)
     return 0

@@ -282,10 +282,11 @@ def _device(config: HFConfig) -> str:
 
 
 def _model_config(config: HFConfig) -> Any:
-    from mleforge.policies.engines.transformers import _not_found, model_source
+    from mleforge.policies.engines.transformers import _not_found, checkpoint_sources
 
     _, transformers = import_torch_transformers()
-    source, options = model_source(config)
+    # A trained checkpoint (an adapter naming its base) has the base's architecture.
+    source, options, _, _ = checkpoint_sources(config)
     try:
         return transformers.AutoConfig.from_pretrained(source, **options)
     except OSError as exc:

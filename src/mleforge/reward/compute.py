@@ -1,13 +1,15 @@
 """The reward of one action: one function per case, composed by `compute_reward`.
 
-    format_error                                   -> r_format
-    execution_error | timeout | invalid_submission -> r_fail
-    valid -> sigmoid(alpha * clip(delta)) + position_weight * position + medal bonus
+    format_error               -> r_format   (-0.3)
+    execution_error | timeout  -> r_fail     (-0.2)
+    invalid_submission         -> r_invalid  (-0.1)
+    valid -> valid_floor + (1 - valid_floor) * sigmoid(alpha * clip(delta))
+             + position_weight * position + medal bonus
              delta = sign * (score - reference) / max(scale, scale_floor)
 
-With the default weights a valid run that does not change the score earns
-exactly 0.5, and any valid run earns more than any failure (RewardConfig
-checks that its constants keep it so).
+With the default weights (valid_floor 0) a valid run that does not change the
+score earns exactly 0.5, and any valid run earns more than any failure
+(RewardConfig checks that its constants keep it so).
 """
 
 from __future__ import annotations
@@ -52,13 +54,13 @@ class RewardBreakdown:
 
 
 def format_error_reward(config: RewardConfig) -> RewardBreakdown:
-    return RewardBreakdown(case="format_error", total=float(config.r_format))
+    return RewardBreakdown(case="format_error", total=config.failure_reward("format_error"))
 
 
 def failure_reward(case: str, config: RewardConfig) -> RewardBreakdown:
     if case not in FAILURE_CASES:
         raise ValueError(f"case must be one of {', '.join(FAILURE_CASES)}; got {case!r}")
-    return RewardBreakdown(case=case, total=float(config.r_fail))
+    return RewardBreakdown(case=case, total=config.failure_reward(case))
 
 
 def _finite(name: str, value: Any) -> float:
@@ -97,7 +99,7 @@ def valid_reward(
     bonus = config.medal_bonus(medal)
     return RewardBreakdown(
         case="valid",
-        total=base + position_term + bonus,
+        total=config.valid_total(base) + position_term + bonus,
         score=score,
         reference=reference,
         scale=scale,

@@ -27,10 +27,30 @@ class RewardConfig:
     so a tenth of the spread is worth +0.074. A larger alpha saturates on
     ordinary improvements (ties again, zero GRPO advantage); a smaller one
     squeezes every valid outcome towards 0.5.
+
+    The failures are ordered, and kept apart so that a group of failures still has
+    an advantage to learn from: a format error (-0.3) < a crash or timeout (-0.2) <
+    an invalid or missing submission (-0.1) < every valid run. With valid_floor 0 a
+    valid run earns sigmoid(...) in (0, 1), at least sigmoid(-alpha * delta_clip) =
+    9.4e-14 with the defaults, so a failure must earn below that: hence negatives.
+    valid_floor f > 0 maps the sigmoid into (f, 1), for failure rewards in [0, f) if
+    one wants every reward non-negative; the neutral point moves to f + (1 - f) / 2,
+    which TrainConfig passes on to the curriculum's improve_neutral. The spacing
+    (0.1) is a choice, not a measurement: with group-scaled advantages only the
+    order within a group matters for an all-failure group, and a gap of 0.1 keeps
+    the step from the best failure to a neutral valid run (0.6) six times larger
+    than a step between failures.
     """
 
-    r_format: float = 0.0  # completion without a parsable action
-    r_fail: float = 0.0  # execution error, timeout, missing or invalid submission
+    # The failures, ordered (DESIGN.md, "Reward module"): no parsable action < an action that
+    # crashed or timed out < one that ran but wrote no valid submission < any valid run.
+    r_format: float = -0.3  # completion without a parsable action
+    r_fail: float = -0.2  # parsed, but the run crashed, was killed, or timed out
+    r_invalid: float = -0.1  # ran to the end, but the submission is missing or invalid
+    # valid = valid_floor + (1 - valid_floor) * sigmoid(alpha * clip(delta)) (+ bonuses): the
+    # floor lifts every valid run above a failure reward of up to valid_floor; 0 keeps the
+    # sigmoid's (0, 1), so the failures above are negative.
+    valid_floor: float = 0.0
     alpha: float = 3.0
     # delta is clipped to [-delta_clip, delta_clip] so the sigmoid never rounds to 0 or 1:
     # a valid run always earns strictly more than r_fail.
@@ -71,24 +91,50 @@ class RewardConfig:
                     f"reward.{key}: got {getattr(self, key)}; expected >= 0 (a negative bonus "
                     "could rank a valid submission below a failure)"
                 )
+        if not 0 <= self.valid_floor < 1:
+            raise ConfigError(f"reward.valid_floor: got {self.valid_floor}; expected 0 <= floor < 1 (the "
+                              "lowest a valid run can earn before its sigmoid term)")
         if self.r_format > self.r_fail:
             raise ConfigError(
                 f"reward.r_format ({self.r_format}) > reward.r_fail ({self.r_fail}): a completion "
                 "that runs nothing must not earn more than one that runs and fails, or the policy "
                 "learns to stop writing code"
             )
-        lowest_valid = self.lowest_valid_reward
-        if self.r_fail >= lowest_valid:
+        if self.r_fail > self.r_invalid:
             raise ConfigError(
-                f"reward.r_fail ({self.r_fail}) must be below the lowest reward of a valid run, "
-                f"sigmoid(-alpha * delta_clip) = {lowest_valid:.3g}, so any valid submission beats "
-                "any failure; lower r_fail or raise alpha * delta_clip"
+                f"reward.r_fail ({self.r_fail}) > reward.r_invalid ({self.r_invalid}): a run that "
+                "crashes must not earn more than one that finishes with an invalid submission"
             )
+        lowest_valid = self.lowest_valid_reward
+        if self.r_invalid >= lowest_valid:
+            raise ConfigError(
+                f"reward.r_invalid ({self.r_invalid}) must be below the lowest reward of a valid run, "
+                f"valid_floor + (1 - valid_floor) * sigmoid(-alpha * delta_clip) = {lowest_valid:.3g}, "
+                "so any valid submission beats any failure; lower the failure rewards or raise valid_floor"
+            )
+
+    def valid_total(self, base: float) -> float:
+        """A valid run's reward before bonuses, from its sigmoid term `base` in (0, 1)."""
+        return self.valid_floor + (1.0 - self.valid_floor) * base
 
     @property
     def lowest_valid_reward(self) -> float:
-        """What the worst valid run earns: the clipped sigmoid, with no bonus."""
-        return sigmoid(-self.alpha * self.delta_clip)
+        """What the worst valid run earns: the clipped sigmoid above the floor, with no bonus."""
+        return self.valid_total(sigmoid(-self.alpha * self.delta_clip))
+
+    @property
+    def neutral_reward(self) -> float:
+        """What a valid run that does not change the score earns (delta 0): the curriculum's
+        improve success threshold (LearnabilityConfig.improve_neutral)."""
+        return self.valid_total(0.5)
+
+    def failure_reward(self, case: str) -> float:
+        """The reward of a failure case (components.FAILURE_CASES) or a format error."""
+        rewards = {"format_error": self.r_format, "execution_error": self.r_fail, "timeout": self.r_fail,
+                   "invalid_submission": self.r_invalid}
+        if case not in rewards:
+            raise ValueError(f"case must be one of {', '.join(rewards)}; got {case!r}")
+        return float(rewards[case])
 
     def task_scale(self, leaderboard_scores: Sequence[float], is_lower_better: bool) -> float:
         """The task's scale from its leaderboard, by this config's source and floor."""

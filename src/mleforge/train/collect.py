@@ -110,6 +110,7 @@ class CollectConfig:
     run_timeout_s: float | None = None  # per execution; default the task's limit
     workers: int | None = None
     executor: str = "local"
+    isolation: str | None = None  # None: $MLEFORGE_ISOLATION, else auto (bwrap or a clear error)
     prompt_profile: str = "full"
     code_chars: int | None = None
     keep_failures: bool = False
@@ -504,7 +505,7 @@ class Collector:
     def _run_todo(self, todo: list[Episode], policy: Any) -> None:
         from mleforge.sandbox import make_executor
 
-        executor = self._executor if self._executor is not None else make_executor(self.config.executor)
+        executor = self._executor if self._executor is not None else make_executor(self.config.executor, **({"isolation": self.config.isolation} if self.config.isolation else {}))
         pool = ThreadPoolExecutor(max_workers=self.config.resolved_workers, thread_name_prefix="mleforge-collect")
         futures: list[Future] = [pool.submit(self._run_one, ep, policy, executor) for ep in todo]
         try:

@@ -10,15 +10,20 @@ A run directory holds
 
     config.yaml                the full resolved TrainConfig
     run.json                   kind "train", its tasks (the contamination guard reads them)
-    expert/<task>/             the template expert's episodes (when no --journals)
-    sft/                       the warm start of --sft auto (an `mleforge sft` run)
+    expert/<task>/             the template expert's episodes (--sft none or PATH, no --journals)
+    collect/                   --sft auto: `mleforge collect` with the template expert (compact
+                               prompts, the training tasks); its journals seed the buffer
+    sft/                       the warm start of --sft auto (an `mleforge sft` run on collect/)
     buffer.sqlite              the state buffer (mleforge.curriculum)
     results.sqlite             the result cache of the rollouts' executions
     checkpoints/checkpoint-<k> adapter (or model), optimizer, scheduler, RNG states, trainer
                                state, and the buffer's step (mleforge.train.checkpoints)
     rollouts/step-<k>.jsonl    every rollout of step k (mleforge.train.records.RolloutLine)
     metrics.jsonl              one line per step (mleforge.train.records.StepMetrics)
-    stepwise/{before,after}.json   the step-wise evaluation on the eval tasks
+    stepwise/{before,after}.json   the step-wise evaluation on the eval tasks: before, the model
+                               as given (before any warm start); after, final/. The same
+                               states (from stepwise/expert/, template-expert journals of the
+                               eval tasks) and sampling both times
     final/                     the trained adapter (or model): `hf:<run>/final`
     report/                    `mleforge report <run>`, written at the end
 
@@ -31,8 +36,8 @@ rollout, what the uninterrupted run would have done.
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -61,8 +66,8 @@ CHECKPOINTS_DIR = "checkpoints"
 FINAL_DIR = "final"
 SFT_DIR = "sft"
 STEPWISE_DIR = "stepwise"
-COLLECT_MODULE = "mleforge.train.collect"  # `mleforge collect`: the --sft auto seam
-STEPWISE_MODULE = "mleforge.eval.stepwise"  # `mleforge eval --stepwise`: the before/after seam
+COLLECT_DIR = "collect"
+GROUP_SELECTORS = ("lite", "all")  # task selectors the eval tasks are taken out of
 
 
 @dataclass(frozen=True)
@@ -105,21 +110,21 @@ def sft_model_folder(path: str) -> Path:
 def preflight(config: TrainConfig, registry: Any) -> Plan:
     """Check everything that can be checked before loading a model (see the module docstring)."""
     require_train_extra("mleforge train")
-    tasks = tuple(registry.select(config.tasks))
-    if not tasks:
-        raise TrainError(f"--tasks {config.tasks!r} selects no task; give lite, all or task ids (mleforge tasks list)")
     eval_tasks = tuple(registry.select(config.eval_tasks)) if config.eval_tasks.strip() else ()
-    overlap = sorted({t.id for t in tasks} & {t.id for t in eval_tasks})
+    eval_ids = {t.id for t in eval_tasks}
+    tasks = tuple(registry.select(config.tasks))
+    if config.tasks.strip() in GROUP_SELECTORS:  # `lite` trains on the lite tasks the evaluation does not use
+        tasks = tuple(t for t in tasks if t.id not in eval_ids)
+    if not tasks:
+        raise TrainError(f"--tasks {config.tasks!r} selects no task (after leaving out the --eval-tasks); give "
+                         "lite, all or task ids (mleforge tasks list)")
+    overlap = sorted({t.id for t in tasks} & eval_ids)
     if overlap:
         raise TrainError(f"--eval-tasks {', '.join(overlap)} are also training tasks; the step-wise evaluation "
                          "measures tasks the run does not train on: pick others (or --eval-tasks '')")
     source = check_model(config.model)
-    if config.sft_mode == "auto" and importlib.util.find_spec(COLLECT_MODULE) is None:
-        raise TrainError(
-            f"--sft auto collects expert samples with `mleforge collect` ({COLLECT_MODULE}.collect_samples), "
-            "which this installation does not have yet; pass --sft none to train from the model as it is, or "
-            "--sft PATH to start from an `mleforge sft` checkpoint"
-        )
+    if config.sft_mode == "auto":
+        collect_config(config, tasks)  # its prompt must be the run's (below)
     if config.sft_mode == "path":
         folder = sft_model_folder(config.sft)
         if not folder.is_dir():
@@ -236,8 +241,15 @@ def _step_of(line: str) -> float:
 def _executor(config: TrainConfig, folder: Path) -> Any:
     from mleforge.sandbox import CachingExecutor, make_executor
 
-    options = {} if config.exec_workers is None or config.executor == "ray" else {"max_workers": config.exec_workers}
-    executor = make_executor(config.executor, **options)
+    kind = config.executor
+    if kind == "auto":
+        # The pool runs isolated only as root (its zygote makes each run's namespaces); elsewhere
+        # the local executor keeps every run under bwrap at the cost of interpreter start-up.
+        kind = "pool" if os.geteuid() == 0 else "local"
+    options: dict[str, Any] = {} if config.exec_workers is None or kind == "ray" else {"max_workers": config.exec_workers}
+    if config.isolation is not None:
+        options["isolation"] = config.isolation
+    executor = make_executor(kind, **options)
     return CachingExecutor(executor, folder / "results.sqlite") if config.cache else executor
 
 
@@ -250,46 +262,128 @@ def _workers(config: TrainConfig, tasks: tuple[Task, ...]) -> int:
     return min(default_workers(RunLimits.of(None, t.spec.limits)) for t in tasks)
 
 
-def warm_start(plan: Plan, folder: Path, registry: Any, progress: bool) -> str:
-    """The spec of the model GRPO starts from: --sft none, PATH, or auto (collect, then SFT)."""
+def collect_config(config: TrainConfig, tasks: Sequence[Task]) -> Any:
+    """The `mleforge collect` of --sft auto: the template expert on the training tasks, its
+    samples rendered with the run's prompt (refused where the run's PromptConfig is not a
+    profile collect can render: the warm start must see the prompts GRPO will)."""
+    from mleforge.agent.prompts import PromptConfig
+    from mleforge.train.collect import CollectConfig
+
+    profile, code_chars = config.prompt.profile, config.prompt.code_chars
+    if PromptConfig.for_profile(profile, code_chars=code_chars) != config.prompt:
+        raise TrainError(f"--sft auto renders its samples with the {profile} prompt profile, and this run's prompt "
+                         f"config changes that profile's budgets beyond code_chars; use the profile's own "
+                         f"budgets (PromptConfig.for_profile), or collect yourself and pass --sft PATH")
+    return CollectConfig(tasks=",".join(t.id for t in tasks), teacher="template", episodes=config.sft_episodes,
+                         first_seed=config.seed, steps=config.expert_steps, embedder="tfidf",
+                         executor=config.executor if config.executor in ("local", "pool") else "local",
+                         isolation=config.isolation,
+                         prompt_profile=profile, code_chars=code_chars)
+
+
+def collect_expert(plan: Plan, folder: Path, registry: Any, executor: Any, progress: bool) -> Any:
+    """--sft auto's collect in <run>/collect (resumed: finished episodes are read back)."""
+    from mleforge.train.collect import collect_samples
+
+    return collect_samples(collect_config(plan.config, plan.tasks), folder / COLLECT_DIR, registry=registry,
+                           executor=executor, progress=progress)
+
+
+def sft_done(folder: Path) -> Any:
+    """The finished warm start of --sft auto in <run>/sft, or None."""
+    from mleforge.train.sft import _finished
+
+    return _finished(folder / SFT_DIR)
+
+
+def warm_start(plan: Plan, folder: Path, collected: Any, progress: bool) -> str:
+    """The spec of the model GRPO starts from: --sft none, PATH, or auto (SFT on `collected`,
+    done once: a resumed run finds sft/ finished)."""
     config = plan.config
     if config.sft_mode == "none":
         return config.model.spec
     if config.sft_mode == "path":
         return f"hf:{sft_model_folder(config.sft)}"
-    # --sft auto: `mleforge collect` with the template expert, then a short `mleforge sft`.
-    from mleforge.train.collect import collect_samples  # type: ignore[import-not-found]
+    done = sft_done(folder)
+    if done is not None:
+        return f"hf:{done.model_dir}"
     from mleforge.train.config import SFTConfig
     from mleforge.train.sft import run_sft
 
-    samples = collect_samples(tasks=[t.id for t in plan.tasks], out=str(folder / "collect"), teacher="template",
-                              seed=config.seed, registry=registry, prompt=config.prompt)
-    result = run_sft(SFTConfig(samples=str(samples), out=str(folder / SFT_DIR), model=config.model,
+    if not collected.counts.get("samples"):
+        raise TrainError(f"--sft auto: the template expert's episodes in {collected.out_dir} gave no sample "
+                         f"(left out: {collected.counts.get('left_out')}); raise sft_episodes or expert_steps, or "
+                         "pass --sft none")
+    result = run_sft(SFTConfig(samples=collected.samples_path, out=str(folder / SFT_DIR), model=config.model,
                                max_steps=config.sft_steps, batch_size=config.sft_batch_size,
-                               grad_accum=config.sft_grad_accum, seed=config.seed), progress=progress)
+                               grad_accum=config.sft_grad_accum, max_length=config.sft_max_length,
+                               seed=config.seed), progress=progress)
     return f"hf:{result.model_dir}"
 
 
-def stepwise_evaluation(plan: Plan, folder: Path, spec: str, label: str) -> dict[str, Any]:
+def stepwise_sampling(config: TrainConfig) -> Any:
+    from mleforge.policies import SamplingConfig
+
+    return SamplingConfig(temperature=config.stepwise_temperature, max_new_tokens=config.max_new_tokens,
+                          seed=config.seed)
+
+
+def stepwise_evaluation(plan: Plan, folder: Path, spec: str, label: str, registry: Any, executor: Any,
+                        progress: bool = False) -> dict[str, Any]:
     """The step-wise evaluation of `spec` on the eval tasks (mleforge.eval.stepwise), saved as
-    stepwise/<label>.json; done once per label. Where that module is missing, the file says so."""
+    stepwise/<label>.json; done once per label. Every label sees the same states (drawn with
+    the run's seed from stepwise/expert/, made once), sampling, prompt and reward config."""
+    from mleforge.eval.stepwise import run_stepwise, stepwise_states
+
     out = folder / STEPWISE_DIR / f"{label}.json"
     if out.is_file():
         return json.loads(out.read_text(encoding="utf-8"))
     out.parent.mkdir(parents=True, exist_ok=True)
-    tasks = [t.id for t in plan.eval_tasks]
-    if not plan.config.stepwise_eval or not tasks:
+    config = plan.config
+    if not config.stepwise_eval or not plan.eval_tasks:
         result: dict[str, Any] = {"available": False, "reason": "turned off (stepwise_eval, or no --eval-tasks)"}
-    elif importlib.util.find_spec(STEPWISE_MODULE) is None:
-        result = {"available": False, "reason": f"{STEPWISE_MODULE} (mleforge eval --stepwise) is not installed"}
-    else:
-        from mleforge.eval import stepwise  # type: ignore[attr-defined]
-
-        result = {"available": True, "policy": spec, "tasks": tasks,
-                  **stepwise.run_stepwise(policy=spec, tasks=tasks, out=str(out.with_suffix("")),
-                                          seed=plan.config.seed)}
+        atomic_write(out, json.dumps(result, indent=1))
+        return result
+    states = stepwise_states(list(plan.eval_tasks), n_states=config.stepwise_states, seed=config.seed,
+                             work_dir=folder / STEPWISE_DIR / "expert", stages=config.seed_stages,
+                             registry=registry, steps=config.expert_steps, executor=executor, progress=progress)
+    policy = make_local_policy(spec, config)
+    try:
+        evaluated = run_stepwise(policy, states, list(plan.eval_tasks), executor, sampling=stepwise_sampling(config),
+                                 prompt_config=config.prompt, reward_config=config.reward, policy_name=spec,
+                                 workers=_workers(config, plan.eval_tasks), run_timeout_s=config.run_timeout_s)
+    finally:
+        policy.close()
+    choice = getattr(policy, "choice", None)  # hf/bundled policies: the engine taken and why
+    result = {"available": True, "label": label,
+              "engine": None if choice is None else {"name": choice.name, "reason": choice.reason},
+              **evaluated.to_dict()}
     atomic_write(out, json.dumps(result, indent=1, default=str))
     return result
+
+
+def make_local_policy(spec: str, config: TrainConfig) -> Any:
+    """A policy of a local model spec for generation outside the trainer (the step-wise
+    evaluation), on the run's engine and quantization."""
+    from mleforge.policies import make_policy
+
+    options: dict[str, Any] = {"engine": config.engine}
+    if config.quantization is not None:
+        options["quantization"] = config.quantization
+    if config.model.threads is not None:
+        options["num_threads"] = config.model.threads
+    return make_policy(spec, **options)
+
+
+def stepwise_table(folder: Path) -> list[tuple[str, str, str, str]] | None:
+    """The before/after rows (mleforge.eval.stepwise.compare_stepwise) of a run, or None."""
+    from mleforge.eval.stepwise import StepwiseResult, compare_stepwise
+
+    files = [folder / STEPWISE_DIR / f"{label}.json" for label in ("before", "after")]
+    data = [json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {} for f in files]
+    if not all(d.get("available") for d in data):
+        return None
+    return compare_stepwise(StepwiseResult.from_dict(data[0]), StepwiseResult.from_dict(data[1]))
 
 
 def _run(plan: Plan, folder: Path, registry: Any, progress: bool, renderer: Any,
@@ -310,14 +404,23 @@ def _run(plan: Plan, folder: Path, registry: Any, progress: bool, renderer: Any,
     executor = _executor(config, folder)
     buffer = StateBuffer(folder, config.buffer, config.learnability)
     try:
+        # Before anything changes the model: the step-wise evaluation of the model as given.
+        stepwise_evaluation(plan, folder, config.model.spec, "before", registry, executor, progress)
+        auto = config.sft_mode == "auto"
+        collected = None
+        if auto and (sft_done(folder) is None or buffer.sealed_step is None):
+            collected = collect_expert(plan, folder, registry, executor, progress)
         if buffer.sealed_step is None:
             ids = [t.id for t in plan.tasks]
-            journals = (load_journals(config.journals, ids) if config.journals is not None else
-                        expert_journals(plan.tasks, folder, steps=config.expert_steps, seed=config.seed,
-                                        executor=executor, registry=registry))
+            if config.journals is not None:
+                journals = load_journals(config.journals, ids)
+            elif collected is not None:  # the warm start's expert episodes seed the buffer too
+                journals = load_journals(collected.journals_dir, ids)
+            else:
+                journals = expert_journals(plan.tasks, folder, steps=config.expert_steps, seed=config.seed,
+                                           executor=executor, registry=registry)
             set_up_tasks(buffer, plan.tasks, journals, stages=config.seed_stages)
-        spec = warm_start(plan, folder, registry, progress)
-        stepwise_evaluation(plan, folder, spec, "before")
+        spec = warm_start(plan, folder, collected, progress)
         checkpoint, _ = recover(folder, buffer)
         training = build_trainer(plan, folder, spec, buffer, executor, renderer=renderer, progress=progress)
         trainer = training.trainer
@@ -333,18 +436,20 @@ def _run(plan: Plan, folder: Path, registry: Any, progress: bool, renderer: Any,
                              full=training.full, base_spec=training.base_spec)
         record = _record(plan, "running")
         (final / CHECKPOINT_RECORD).write_text(json.dumps(record, indent=1), encoding="utf-8")
-        stepwise_evaluation(plan, folder, f"hf:{final}", "after")
+        steps_done = trainer.state.global_step
+        del trainer, training  # the training model's memory, before the evaluation loads the result
+        stepwise_evaluation(plan, folder, f"hf:{final}", "after", registry, executor, progress)
     finally:
         buffer.close()
         executor.close()
     wall = round(time.monotonic() - started, 1)
     atomic_write(folder / RUN_RECORD, json.dumps(_record(
-        plan, "done", steps_done=trainer.state.global_step, final_model=str(final), wall_s=wall,
+        plan, "done", steps_done=steps_done, final_model=str(final), wall_s=wall,
         report=str(folder / "report" / "report.html")), indent=1))
     from mleforge.eval.report import write_report
 
     written = write_report([folder], folder / "report")
-    return TrainResult(str(folder), trainer.state.global_step, str(final), written.html, wall)
+    return TrainResult(str(folder), steps_done, str(final), written.html, wall)
 
 
 @dataclass

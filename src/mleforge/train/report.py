@@ -78,22 +78,26 @@ def curves_section(runs: Sequence[LoadedRun]) -> list[Section]:
 
 
 def stepwise_section(runs: Sequence[LoadedRun]) -> list[Section]:
+    """Each run's step-wise evaluation before and after training (mleforge.eval.stepwise's
+    compare_stepwise): the same states and sampling both times."""
+    from mleforge.eval.stepwise import COMPARE_COLUMNS, StepwiseResult, compare_stepwise
+
     blocks: list[Any] = []
-    rows = []
     for run in runs:
         before, after = _stepwise(run, "before"), _stepwise(run, "after")
         if not before.get("available"):
             reason = before.get("reason", "no stepwise/before.json")
             blocks.append(Callout(f"{run.label}: no step-wise evaluation ({reason})", "note"))
             continue
-        keys = [k for k, v in before.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        for key in keys:
-            b, a = before.get(key), after.get(key)
-            change = None if not isinstance(a, (int, float)) else f"{a - b:+.3g}"
-            rows.append((run.label, key, b, a, change))
-    if rows:
-        blocks.append(Table(("run", "figure", "before", "after", "change"), tuple(rows),
-                            "the step-wise evaluation on tasks the run did not train on"))
+        if not after.get("available"):
+            blocks.append(Callout(f"{run.label}: the evaluation after training has not run yet", "note"))
+            continue
+        rows = compare_stepwise(StepwiseResult.from_dict(before), StepwiseResult.from_dict(after))
+        tasks = ", ".join(before.get("tasks", []))
+        blocks.append(Table(COMPARE_COLUMNS, tuple(rows),
+                            f"{run.label}: before ({before.get('policy')}, the model as given) and after "
+                            f"({after.get('policy')}) on {tasks}, tasks the run did not train on; mean ± SEM "
+                            "over states, change ± its standard error"))
     return [Section("Before and after training", tuple(blocks))] if blocks else []
 
 
