@@ -40,15 +40,16 @@ def check_intact(path: Path, committed: int) -> int:
         return -2
     with sqlite3.connect(path / "buffer.sqlite") as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is None:
-            # Killed after SQLite made the file (the WAL pragma writes it) and before the schema
-            # committed: an empty database, which the next open completes.
-            conn.close()
-            assert committed < 0
-            return -2
-        events_by_step = dict(conn.execute("SELECT step, COUNT(*) FROM events GROUP BY step").fetchall())
-        per_state = dict(conn.execute("SELECT state_id, COUNT(*) FROM events GROUP BY state_id").fetchall())
+        # Killed after SQLite made the file (the WAL pragma writes it) and before the schema
+        # committed: an empty database, which the next open completes.
+        created = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is not None
+        if created:
+            events_by_step = dict(conn.execute("SELECT step, COUNT(*) FROM events GROUP BY step").fetchall())
+            per_state = dict(conn.execute("SELECT state_id, COUNT(*) FROM events GROUP BY state_id").fetchall())
     conn.close()
+    if not created:
+        assert committed < 0
+        return -2
     buffer = StateBuffer(path, create=False)
     sealed = buffer.sealed_step
     if sealed is None:  # killed before set-up finished: nothing was reported committed either
