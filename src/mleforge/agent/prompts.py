@@ -644,32 +644,29 @@ def draft_messages(state: State, task: Task, config: PromptConfig | None = None)
     return [{"role": "system", "content": _system("draft", task, config)}, {"role": "user", "content": user}]
 
 
-def debug_messages(state: State, task: Task, config: PromptConfig | None = None) -> Messages:
+def _edit_messages(state: State, task: Task, config: PromptConfig | None, stage: str, title: str,
+                   ask: str) -> Messages:
+    """Debug and improve: the same sections around a target script, with their own title and ask."""
     config = config or PromptConfig()
-    _check(state, task, "debug")
+    _check(state, task, stage)
     if config.profile == "compact":
         return _compact_messages(state, task, config)
     user = _user(state, task, config, [
         _memory(state.journal, state.target_node_id, config),
         _ideas(state),
-        _target(state, task, config, "The script to fix"),
-        "Explain the bug in your plan, then fix it.",
+        _target(state, task, config, title),
+        ask,
     ])
-    return [{"role": "system", "content": _system("debug", task, config)}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": _system(stage, task, config)}, {"role": "user", "content": user}]
+
+
+def debug_messages(state: State, task: Task, config: PromptConfig | None = None) -> Messages:
+    return _edit_messages(state, task, config, "debug", "The script to fix", "Explain the bug in your plan, then fix it.")
 
 
 def improve_messages(state: State, task: Task, config: PromptConfig | None = None) -> Messages:
-    config = config or PromptConfig()
-    _check(state, task, "improve")
-    if config.profile == "compact":
-        return _compact_messages(state, task, config)
-    user = _user(state, task, config, [
-        _memory(state.journal, state.target_node_id, config),
-        _ideas(state),
-        _target(state, task, config, "The script to improve"),
-        "Describe your one improvement in your plan, then implement it.",
-    ])
-    return [{"role": "system", "content": _system("improve", task, config)}, {"role": "user", "content": user}]
+    return _edit_messages(state, task, config, "improve", "The script to improve",
+                          "Describe your one improvement in your plan, then implement it.")
 
 
 _RENDERERS = {"draft": draft_messages, "debug": debug_messages, "improve": improve_messages}
