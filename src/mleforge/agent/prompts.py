@@ -150,16 +150,20 @@ def _duration(seconds: float) -> str:
 def data_overview(task: Task, config: PromptConfig | None = None) -> str:
     """The public files (names, sizes) and, for train, test and sample submission,
     rows, columns, types and a few values. Cached per task folder and file state."""
-    config = config or PromptConfig()
+    return _overview(*_overview_key(task), config or PromptConfig())
+
+
+def _overview_key(task: Task) -> tuple[str, tuple, tuple[str, ...]]:
+    """What an overview is cached by: the public folder, its files' state, and the columns
+    always described (id and target), however wide the table."""
     require_prepared(task)
     public = task.public_dir
     signature = tuple(
         sorted((e.name, e.is_dir(), e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(public))
     )
     fmt = task.spec.submission
-    # The id and target columns are always described, however wide the table.
     key_columns = tuple(dict.fromkeys(c for c in (fmt.id_column, task.spec.target, *fmt.target_columns) if c))
-    return _overview(str(public), signature, key_columns, config)
+    return str(public), signature, key_columns
 
 
 @lru_cache(maxsize=64)
@@ -431,15 +435,7 @@ def _compact_task(task: Task, config: PromptConfig) -> str:
 def compact_overview(task: Task, config: PromptConfig | None = None) -> str:
     """The trimmed data overview: train.csv's columns (types, a few values), test.csv and
     sample_submission.csv in a line each, and any other input files by name."""
-    config = config or PromptConfig.compact()
-    require_prepared(task)
-    public = task.public_dir
-    signature = tuple(
-        sorted((e.name, e.is_dir(), e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(public))
-    )
-    fmt = task.spec.submission
-    key_columns = tuple(dict.fromkeys(c for c in (fmt.id_column, task.spec.target, *fmt.target_columns) if c))
-    return _compact_overview(str(public), signature, key_columns, config)
+    return _compact_overview(*_overview_key(task), config or PromptConfig.compact())
 
 
 @lru_cache(maxsize=64)
