@@ -29,4 +29,5 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print_table("thresholds", ["gold", "silver", "bronze", "median", "lower is better"],
                     [[report.gold_threshold, report.silver_threshold, report.bronze_threshold,
                       report.median_threshold, report.is_lower_better]])
-    return 0
+    # A missing or invalid submission is a failure a script must be able to see.
+    return 0 if report.valid_submission else 1

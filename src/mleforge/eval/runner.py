@@ -36,7 +36,8 @@ from mleforge.errors import ConfigError
 from mleforge.eval.aggregate import aggregate
 from mleforge.eval.config import RUN_FIELDS, EvalConfig
 from mleforge.eval.contamination import RUN_RECORD, Contamination, check_contamination
-from mleforge.eval.records import RunFailure, RunReport, no_submission_report
+from mleforge.eval.records import RunFailure, RunReport
+from mleforge.grading.grader import no_submission_report
 from mleforge.tasks.task import Task
 
 THREAD_SAFE_PREFIXES = ("openai",)
@@ -151,9 +152,9 @@ class EvalGrid:
         _write_json(self.eval_dir / LEADERBOARDS_FILE, boards)
 
     def _no_valid(self, task: Task, run_dir: Path) -> Any:
-        scores = task.leaderboard()["score"].to_numpy(dtype=float)
-        return no_submission_report(task.id, scores, task.is_lower_better, task.spec.metric_name,
-                                    run_dir / "submission.csv")
+        # The grader's own report: the bare MLE-bench id and its file-order thresholds.
+        return no_submission_report(task, run_dir / "submission.csv",
+                                    "no step of the episode produced a valid submission")
 
     def _finished(self, task: Task, seed: int) -> RunReport | None:
         """The report of a finished run with this evaluation's settings; None if it must run."""

@@ -24,7 +24,7 @@ from pathlib import Path
 from mleforge import __version__
 from mleforge.errors import DataNotPrepared, PreparationError
 from mleforge.tasks.loading import load_callable
-from mleforge.tasks.task import Task
+from mleforge.tasks.task import Task, cli_task_args
 
 MANIFEST = "manifest.json"
 REQUIRED_PUBLIC = ("train.csv", "test.csv", "sample_submission.csv", "description.md")
@@ -115,19 +115,33 @@ def require_prepared(task: Task) -> None:
     problem = verify(task)
     if problem:
         raise DataNotPrepared(
-            f"data of task {task.id} is not usable ({problem}); run: mleforge tasks prepare {task.id}"
+            f"data of task {task.id} is not usable ({problem}); "
+            f"run: mleforge tasks prepare {task.id}{cli_task_args(task, data_dir=True)}"
         )
 
 
 @contextmanager
 def _lock(path: Path):
+    """An exclusive lock on `path`, removed when released (a failed preparation leaves no
+    stale `.lock`). A waiter may have opened the file just before its holder removed it:
+    it then holds a lock on a file nobody else sees, so it checks that the path still names
+    the file it locked and starts over if not."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    while True:
+        with open(path, "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                same = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                continue
+            try:
+                yield
+            finally:
+                path.unlink(missing_ok=True)
+                fcntl.flock(handle, fcntl.LOCK_UN)
+            return
 
 
 def _check_output(task: Task, staging: Path) -> None:
@@ -156,6 +170,23 @@ def _check_output(task: Task, staging: Path) -> None:
     if leaked:
         raise PreparationError(
             f"preparer of {task.id} left the target column(s) {sorted(leaked)} in public/test.csv"
+        )
+    from mleforge.tasks.leaks import renamed_target_columns
+
+    fmt = task.spec.submission
+    try:
+        renamed = renamed_target_columns(pd.read_csv(public / "test.csv"), pd.read_csv(private / "answers.csv"),
+                                         fmt.id_column, fmt.target_columns)
+    except pd.errors.MergeError as exc:
+        raise PreparationError(
+            f"preparer of {task.id} wrote ids that repeat in public/test.csv or private/answers.csv ({exc}); "
+            "each test id must appear once in each"
+        ) from None
+    if renamed:
+        pairs = ", ".join(f"{test!r} (the answers' {target!r})" for test, target in renamed)
+        raise PreparationError(
+            f"preparer of {task.id} left the answers in public/test.csv under another name: {pairs}; "
+            "drop those columns from the test file"
         )
 
 
