@@ -94,3 +94,14 @@ def test_inconsistent_inputs_are_refused(setup):
         step_feedback(buf, 0, [draft], ["no code here"], [ExecutionSummary(0, False, None, 1, "", "", True)],
                       [compute_reward("valid", score=0.7, reference=0.5, scale=0.1)])
     assert buf.counts()["rollouts"] == 0 and buf.sealed_step == SETUP_STEP
+
+
+def test_feedback_none_keeps_the_score_out_of_new_states(setup):
+    buf, draft, _ = setup
+    reward = compute_reward("valid", score=0.7, reference=0.5, scale=0.1)
+    step_feedback(buf, 0, [draft], ["p\n" + CODE], [OK], [reward], feedback="none")
+    improve = next(r for r in buf.rows(with_state=True) if r["stage"] == "improve" and r["policy_step"] == 0)
+    (node,) = improve["state"]["journal"]["nodes"]
+    assert node["valid"] and node["score"] is None  # the prompt of this state shows no score
+    with pytest.raises(Exception, match="feedback must be one of public, none"):
+        step_feedback(buf, 1, [draft], ["p\n" + CODE], [OK], [reward], feedback="private")

@@ -34,6 +34,8 @@ def test_prepare_then_skip_when_intact(tiny):
     assert set(manifest["files"]) == {
         "public/train.csv", "public/test.csv", "public/sample_submission.csv",
         "public/description.md", "private/answers.csv",
+        # Written by the preparation: the public and private parts of the answers.
+        "private/public_answers.csv", "private/private_answers.csv",
     }
     assert manifest["rows"] == {"train": 4, "test": 4}
     assert prepare(tiny, force=True).reason == "forced"
@@ -151,3 +153,14 @@ def test_not_prepared_hint_repeats_the_tasks_folder(tiny):
         require_prepared(tiny)
     assert str(info.value).endswith(f"run: mleforge tasks prepare tiny --tasks-dir {tiny.spec.folder} "
                                     f"--data-dir {tiny.data_dir.parent}")
+
+
+def test_a_preparer_may_not_write_the_parts_itself(tiny):
+    (tiny.spec.folder / "prepare.py").write_text(PREPARE + textwrap.dedent('''
+        _original = prepare
+        def prepare(raw, public, private):
+            _original(raw, public, private)
+            (private / "public_answers.csv").write_text("id,y\\n5,0\\n")
+    '''))
+    with pytest.raises(PreparationError, match="the preparation writes those itself"):
+        prepare(tiny)

@@ -15,13 +15,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("grade", parents=[common()], help="grade a submission file")
     p.add_argument("task")
     p.add_argument("submission")
+    p.add_argument("--part", choices=("private", "public", "full"), default="private",
+                   help="the test rows to score: private (the final grade; default), public (what an agent "
+                        "is shown) or full (all rows); mlebench: ids grade all rows for private")
     p.set_defaults(func=cmd_grade)
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
     from mleforge.grading.grader import grade
 
-    report = grade(task_registry(args).get(args.task), args.submission)
+    report = grade(task_registry(args).get(args.task), args.submission, part=args.part)
     if args.json:
         print_json(report.to_dict())
     else:

@@ -140,7 +140,8 @@ class EvalGrid:
         from mleforge.tasks.preparation import prepare
 
         self.eval_dir.mkdir(parents=True, exist_ok=True)
-        record = {"kind": "eval", "policy": self.config.policy, "tasks": [t.id for t in self.tasks],
+        record = {"kind": "eval", "policy": self.config.policy, "protocol": protocol(self.config.feedback),
+                  "tasks": [t.id for t in self.tasks],
                   "seeds": self.seeds, "config": self.config.to_dict(),
                   "contamination": self.contamination.to_dict()}
         _write_json(self.eval_dir / RUN_RECORD, record)
@@ -154,7 +155,8 @@ class EvalGrid:
     def _no_valid(self, task: Task, run_dir: Path) -> Any:
         # The grader's own report: the bare MLE-bench id and its file-order thresholds.
         return no_submission_report(task, run_dir / "submission.csv",
-                                    "no step of the episode produced a valid submission")
+                                    "no step of the episode produced a valid submission",
+                                    feedback=self.config.feedback)
 
     def _finished(self, task: Task, seed: int) -> RunReport | None:
         """The report of a finished run with this evaluation's settings; None if it must run."""
@@ -309,10 +311,21 @@ class EvalGrid:
                          interrupted: bool) -> dict[str, Any]:
         summary = aggregate(reports, [t.id for t in self.tasks], self.seeds, failures)
         summary = {"kind": "eval", "policy": self.config.policy, "eval_dir": str(self.eval_dir),
+                   "protocol": protocol(self.config.feedback),
                    "updated_at": datetime.now().isoformat(timespec="seconds"), "interrupted": interrupted,
                    "config": self.config.to_dict(), "contamination": self.contamination.to_dict(), **summary}
         _write_json(self.eval_dir / AGGREGATE_FILE, summary)
         return summary
+
+
+def protocol(feedback: str) -> dict[str, str]:
+    """What the runs of an evaluation saw and what their final grade is on, for its records."""
+    return {
+        "feedback": feedback,
+        "shown_to_agent": ("each submission's score on the public part of the test answers (about 30%)"
+                           if feedback == "public" else "execution output only, no score (MLE-bench's protocol)"),
+        "final_grade": "the private part of the test answers (mlebench: ids: MLE-bench's full grade)",
+    }
 
 
 def run_eval(config: EvalConfig, eval_dir: str | Path, *, registry: Any = None, policy: Any = None,

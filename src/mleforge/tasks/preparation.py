@@ -29,6 +29,13 @@ from mleforge.tasks.task import Task, cli_task_args
 MANIFEST = "manifest.json"
 REQUIRED_PUBLIC = ("train.csv", "test.csv", "sample_submission.csv", "description.md")
 REQUIRED_PRIVATE = ("answers.csv",)
+# Written by the preparation itself, after the preparer: Kaggle's public/private split of
+# answers.csv (which stays whole, as MLE-bench's private/answers.csv is the whole test set).
+PUBLIC_ANSWERS = "public_answers.csv"
+PRIVATE_ANSWERS = "private_answers.csv"
+# Bumped when what the preparation adds to a preparer's output changes, so existing
+# preparations are redone (2: the public/private split of the answers).
+PREPARATION_VERSION = 2
 # Verified preparations, keyed by (manifest path, its mtime and size, definition hash):
 # a hot path (every execution, every grade) re-verifies only after something changed.
 _verified: set[tuple[str, int, int, str]] = set()
@@ -46,7 +53,7 @@ def sha256_file(path: Path) -> str:
 def definition_hash(task: Task) -> str:
     """A hash of the files that define the data: task.yaml, the preparer and the description."""
     folder = task.spec.folder
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(f"preparation {PREPARATION_VERSION}\0".encode())
     names = ["task.yaml", task.spec.description_path.name]
     module = task.spec.preparer.split(":")[0]
     local = folder.joinpath(*module.split(".")).with_suffix(".py")
@@ -190,6 +197,25 @@ def _check_output(task: Task, staging: Path) -> None:
         )
 
 
+def _split_answers(task: Task, private: Path) -> None:
+    """Write the public and private parts of answers.csv (grading.split), in its row order."""
+    import pandas as pd
+
+    from mleforge.grading.split import split_answers
+
+    if (private / PUBLIC_ANSWERS).exists() or (private / PRIVATE_ANSWERS).exists():
+        raise PreparationError(
+            f"preparer of {task.id} wrote private/{PUBLIC_ANSWERS} or private/{PRIVATE_ANSWERS}; "
+            "the preparation writes those itself from private/answers.csv"
+        )
+    fmt = task.spec.submission
+    answers = pd.read_csv(private / "answers.csv", dtype=str, keep_default_na=False)
+    # Read as text: the parts hold the answers' values exactly as the preparer wrote them.
+    public, private_part = split_answers(answers, fmt.id_column, fmt.target_columns, task.spec.problem, task.id)
+    public.to_csv(private / PUBLIC_ANSWERS, index=False)
+    private_part.to_csv(private / PRIVATE_ANSWERS, index=False)
+
+
 def prepare(task: Task, force: bool = False) -> PrepareResult:
     """Prepare a task's data unless an intact preparation of the same definition exists."""
     if task.kind == "mlebench":
@@ -218,6 +244,7 @@ def prepare(task: Task, force: bool = False) -> PrepareResult:
             preparer(raw, staging / "public", staging / "private")
             shutil.copyfile(task.spec.description_path, staging / "public" / "description.md")
             _check_output(task, staging)
+            _split_answers(task, staging / "private")
             files = {
                 rel: {"sha256": sha256_file(staging / rel), "size": (staging / rel).stat().st_size}
                 for rel in _list_files(staging)
