@@ -71,3 +71,16 @@ def test_tasks_list_shows_a_broken_task_folder(tmp_path):
     (broken,) = [i for i in items if i.get("broken")]
     assert broken["name"] == "broken-one" and broken["folder"] == str(folder) and broken["error"]
     assert any(i["id"] == "titanic" for i in items)  # every other task still listed
+
+
+def test_run_with_feedback_none_records_the_protocol(tmp_path):
+    run("tasks", "prepare", "penguins", data_root=tmp_path)
+    out = run("run", "--task", "penguins", "--policy", "template", "--steps", "1", "--feedback", "none",
+              "--run-dir", str(tmp_path / "run"), "--json", data_root=tmp_path)
+    result = json.loads(out.stdout)
+    assert result["feedback"] == "none" and result["report"]["feedback"] == "none"
+    assert result["report"]["part"] == "private" and result["report"]["valid_submission"]
+    journal = json.loads((tmp_path / "run" / "journal.json").read_text())
+    assert [n["score"] for n in journal["nodes"]] == [None] and journal["nodes"][0]["valid"]
+    bad = run("run", "--task", "penguins", "--feedback", "private", data_root=tmp_path, check=False)
+    assert bad.returncode == 2 and "invalid choice: 'private'" in bad.stderr
