@@ -73,8 +73,8 @@ def test_debug_prompt_shows_the_code_and_trimmed_output(titanic):
     assert text.count("noise line") < 30
     assert "<<<<<<< SEARCH" in text  # format B offered
     # the memory holds the other attempts, not the target itself
-    assert "- Attempt 1 (draft): Fit a logistic regression on sex and class. -> test score 0.78244" in text
-    assert "- Attempt 3 (improve of attempt 1): Add the title from the name. -> test score 0.80153" in text
+    assert "- Attempt 1 (draft): Fit a logistic regression on sex and class. -> public score 0.78244" in text
+    assert "- Attempt 3 (improve of attempt 1): Add the title from the name. -> public score 0.80153" in text
     assert "Attempt 2 (draft)" not in text
     assert "<<<<<<< SEARCH" not in text_of(render_prompt(State.debug(make_journal(), "b"), titanic,
                                                          PromptConfig(allow_edits=False)))
@@ -82,11 +82,24 @@ def test_debug_prompt_shows_the_code_and_trimmed_output(titanic):
 
 def test_improve_prompt(titanic):
     text = text_of(render_prompt(State.improve(make_journal(), "c"), titanic))
-    assert "# The script to improve (attempt 3, test score 0.80153)" in text
+    assert "# The script to improve (attempt 3, public score 0.80153)" in text
     assert "validation accuracy: 0.79" in text
     assert "- Attempt 2 (draft): Gradient boosting with the age column. -> failed: exit code 1: KeyError: 'Age'" in text
     hidden = text_of(render_prompt(State.improve(make_journal(), "c"), titanic, PromptConfig(show_scores=False)))
     assert "0.80153" not in hidden and "0.78244" not in hidden and "-> valid submission" in hidden
+
+
+def test_a_run_without_feedback_shows_no_score_and_improves_the_last_valid_node(titanic):
+    """Feedback "none": valid nodes keep no score, prompts show none, and the search's best
+    node is the last valid one (it can see nothing else)."""
+    scored = make_journal()
+    bare = Journal("titanic", "higher", tuple(replace(n, score=None) for n in scored.nodes))
+    assert scored.best_node().id == "c" and bare.best_node().id == "c" and bare.best_score is None
+    earlier = Journal("titanic", "higher", (bare.nodes[2 - 2], bare.nodes[1]))
+    assert earlier.best_node().id == "a"  # the last valid node, even with a later buggy one
+    text = text_of(render_prompt(State.improve(bare, "c"), titanic))
+    assert "score 0." not in text and "-> valid submission" in text
+    assert "# The script to improve (attempt 3)" in text
 
 
 def test_prompts_are_deterministic_and_follow_the_state_id(titanic):

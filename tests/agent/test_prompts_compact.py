@@ -88,7 +88,7 @@ def test_compact_debug_shows_the_script_and_the_error(titanic):
 
 def test_compact_improve_shows_the_target_and_its_score(titanic):
     text = text_of(render_prompt(State.improve(make_journal(), "c"), titanic, PromptConfig.compact()))
-    assert "# The script to improve (test score 0.80153)" in text
+    assert "# The script to improve (public score 0.80153)" in text
     assert "```python\n" + SCRIPT.replace("Age", "age") + "# titles\n```" in text
     assert "validation accuracy: 0.79" in text
     assert "Gradient boosting with the age column" not in text and "Attempt" not in text

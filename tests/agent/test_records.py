@@ -80,10 +80,12 @@ def test_node_validation():
         Node("x", "debug", "", "")
     with pytest.raises(RecordError, match="stage must be"):
         Node("x", "explore", "", "")
-    with pytest.raises(RecordError, match="finite score"):
-        Node("x", "draft", "", "", valid=True)
-    with pytest.raises(RecordError, match="finite score"):
+    # A valid node of a run with feedback "none" has no score; a score needs a valid node.
+    assert Node("x", "draft", "", "", valid=True).score is None
+    with pytest.raises(RecordError, match="finite value"):
         Node("x", "draft", "", "", valid=True, score=float("nan"))
+    with pytest.raises(RecordError, match="needs a valid node"):
+        Node("x", "draft", "", "", valid=False, score=0.5)
 
 
 def test_node_outcomes():

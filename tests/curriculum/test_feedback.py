@@ -105,3 +105,14 @@ def test_no_buffer_growth_counts_rollouts_and_offers_nothing(setup):
     )
     assert (summary.rollouts, summary.new_states) == (2, 0)
     assert buf.counts()["live_states"] == 2 and buf.counts()["rollouts"] == 2
+
+
+def test_feedback_none_keeps_the_score_out_of_new_states(setup):
+    buf, draft, _ = setup
+    reward = compute_reward("valid", score=0.7, reference=0.5, scale=0.1)
+    step_feedback(buf, 0, [draft], ["p\n" + CODE], [OK], [reward], feedback="none")
+    improve = next(r for r in buf.rows(with_state=True) if r["stage"] == "improve" and r["policy_step"] == 0)
+    (node,) = improve["state"]["journal"]["nodes"]
+    assert node["valid"] and node["score"] is None  # the prompt of this state shows no score
+    with pytest.raises(Exception, match="feedback must be one of public, none"):
+        step_feedback(buf, 1, [draft], ["p\n" + CODE], [OK], [reward], feedback="private")

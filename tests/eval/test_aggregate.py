@@ -14,6 +14,12 @@ from tests.eval.helpers import grid_reports, report
 SQRT3 = math.sqrt(3)
 
 
+def test_means_are_rounded_to_six_decimals():
+    # (0.1 + 0.2) / 2 is 0.15000000000000002 in floats; a report shows 0.15.
+    assert mean_sem([0.1, 0.2])["mean"] == 0.15
+    assert mean_sem([0.1234561, 0.1234581])["mean"] == 0.123457  # 0.1234571
+
+
 def test_mean_sem_by_hand():
     # 1, 1, 0.5: mean 5/6; deviations 1/6, 1/6, -1/3; sum of squares 1/6; variance (ddof=1) 1/12
     got = mean_sem([1.0, 1.0, 0.5])
@@ -31,7 +37,7 @@ def test_grid_with_a_failed_run_and_an_invalid_run():
 
     # valid per seed: s0 2/2, s1 1/1 (B failed: left out), s2 1/2 (A invalid: counts 0)
     assert m["valid_submission"]["per_seed"] == {"0": 1.0, "1": 1.0, "2": 0.5}
-    assert m["valid_submission"]["mean"] == pytest.approx(5 / 6)
+    assert m["valid_submission"]["mean"] == 0.833333  # 5/6, means rounded to 6 decimals
     assert m["valid_submission"]["sem"] == pytest.approx(math.sqrt(1 / 12) / SQRT3)
     # above median: 1, 0, 0.5 -> mean 0.5, deviations .5, -.5, 0 -> variance .25 -> sem .5/sqrt3
     assert m["above_median"]["per_seed"] == {"0": 1.0, "1": 0.0, "2": 0.5}
@@ -43,13 +49,13 @@ def test_grid_with_a_failed_run_and_an_invalid_run():
     for medal, per_seed in (("gold_medal", [0.5, 0, 0]), ("silver_medal", [0, 0, 0.5]),
                             ("bronze_medal", [0.5, 0, 0])):
         assert list(m[medal]["per_seed"].values()) == per_seed
-        assert m[medal]["mean"] == pytest.approx(1 / 6)
+        assert m[medal]["mean"] == 0.166667
         assert m[medal]["sem"] == pytest.approx(math.sqrt(1 / 12) / SQRT3)
     # normalized: s0 (1 + .6)/2 = .8, s1 .5, s2 (0 invalid + .8)/2 = .4 -> mean 1.7/3
     assert m["normalized_score"]["per_seed"] == pytest.approx({"0": 0.8, "1": 0.5, "2": 0.4})
     mean = 1.7 / 3
     variance = ((0.8 - mean) ** 2 + (0.5 - mean) ** 2 + (0.4 - mean) ** 2) / 2
-    assert m["normalized_score"]["mean"] == pytest.approx(mean)
+    assert m["normalized_score"]["mean"] == 0.566667  # 1.7/3 to 6 decimals
     assert m["normalized_score"]["sem"] == pytest.approx(math.sqrt(variance) / SQRT3)
     # steps to the first valid: s0 (1 + 2)/2, s1 3, s2 1 (the invalid run has none) -> mean 5.5/3
     assert m["steps_to_first_valid"]["per_seed"] == {"0": 1.5, "1": 3.0, "2": 1.0}

@@ -65,7 +65,7 @@ def test_rerun_resumes_and_report_renders(template_eval, tmp_path):
     written = json.loads(stdout)
     assert code == 0 and len(written["figures"]) == 3
     md = (tmp_path / "report" / "report.md").read_text()
-    assert "| template | 2 | 2 x 1 | 4/4 |" in md and "titanic" in md and "penguins" in md
+    assert "| template | public | 2 | 2 x 1 | 4/4 |" in md and "titanic" in md and "penguins" in md
     assert "data:image/png;base64," in (tmp_path / "report" / "report.html").read_text()
 
 

@@ -36,8 +36,8 @@ def test_markdown_and_html_compare_two_evaluations(two_evals, tmp_path):
     for heading in ("## Summary", "## Valid submissions and medals", "## Scores per task",
                     "## Compared with before", "## All runs"):
         assert heading in md
-    assert "| before | 2 | 3 x 3 | 5/6 | 83.3 ± 16.7 | 50.0 ± 28.9 |" in md  # the hand-computed rates
-    assert "| after | 2 | 3 x 3 | 6/6 | 100.0 ± 0.0 |" in md
+    assert "| before | public | 2 | 3 x 3 | 5/6 | 83.3 ± 16.7 | 50.0 ± 28.9 |" in md  # the hand-computed rates
+    assert "| after | public | 2 | 3 x 3 | 6/6 | 100.0 ± 0.0 |" in md
     assert "| A | accuracy (↑) | 0.96 / 0.88 (2/3) G1 | 0.96 / 0.96 (3/3) G3 |" in md
     assert "> **Warning:** before: CONTAMINATION: trained on A" in md
     assert "1 of 6 runs did not finish (1 failed, 0 not run)" in md

@@ -63,7 +63,7 @@ def expert_dir(prepared_registry, titanic, executor, tmp_path_factory):
 
 
 def test_rates_and_sems_on_a_hand_made_case(titanic, executor):
-    baseline = sample_submission_score(titanic)
+    baseline = sample_submission_score(titanic, "public")  # node scores are public scores
     good = Journal("titanic", "higher").add(Node("g", "draft", "copy", "print(1)\n", execution=ran(),
                                                  score=baseline, valid=True))
     bad = Journal("titanic", "higher").add(Node("b", "draft", "crash", "raise SystemExit(1)\n",

@@ -285,3 +285,15 @@ def test_debug_of_its_own_broken_script_runs_a_safer_variant(policy, executor):
     fixed = run_step(debug, text, task, executor, RewardContext(task))
     assert fixed.node.valid, (fixed.node.error, fixed.result.stderr[-2000:])
     assert read_spec(fixed.node.code).drop == ("text",)
+
+
+def test_a_task_with_no_inferable_target_gets_a_clear_error():
+    from dataclasses import replace
+
+    from mleforge.errors import ConfigError
+    from mleforge.expert.profile import task_profile
+
+    titanic = TaskRegistry(mlebench=False).get("titanic")
+    no_target = replace(titanic, spec=replace(titanic.spec, target=None))
+    with pytest.raises(ConfigError, match="template expert cannot solve task titanic.*predicts: Survived"):
+        task_profile(no_target)

@@ -44,13 +44,18 @@ def submit(tmp_path, values):
 
 
 def test_custom_grade_function(custom, tmp_path):
-    report = grade(custom, submit(tmp_path, [0, 1, 0, 0]))
+    report = grade(custom, submit(tmp_path, [0, 1, 0, 0]), part="full")
     # Leaderboard 1.0, .75, .75, .5, .5 (N=5): gold = silver = position 1 (1.0), bronze position 2 (.75).
     assert report.score == 0.75 and report.bronze_medal and not report.silver_medal
     assert report.median_threshold == 0.75 and not report.above_median
     assert report.metric == "grade:grade"
     # sample (all zeros) scores .5: normalized (0.75 - 0.5) / (1.0 - 0.5)
     assert report.normalized_score == 0.5
+    # The final grade is on the private rows (ids 7, 8; tests/grading/test_split.py): the
+    # grade function gets only those. 1 0 0 1 is wrong on both public rows, right on both private.
+    final = grade(custom, submit(tmp_path, [1, 0, 0, 1]))
+    assert (final.part, final.score, final.public_score, final.gold_medal) == ("private", 1.0, 0.0, True)
+    assert final.normalized_score == 1.0  # the sample scores .5 on the private rows too
 
 
 def test_custom_invalid_and_bug(custom, tmp_path):
@@ -68,9 +73,9 @@ def test_no_negative_zero_or_float_noise_in_a_report(tmp_path):
     task = TaskRegistry(task_dirs=[tmp_path / "t"], include_builtin=False, data_dir=tmp_path / "d",
                         mlebench=False).get("tiny")
     prepare(task)
-    noisy = grade(task, submit(tmp_path, [-4.2213, 0, 0, 0]))
+    noisy = grade(task, submit(tmp_path, [-4.2213, 0, 0, 0]), part="full")
     assert noisy.score == 0.52213 and noisy.normalized_score == 0.469033  # 0.42213 / 0.9 = 0.46903333...
-    zero = grade(task, submit(tmp_path, [1.000001, 0, 0, 0]))  # round(0.1 - 0.1000001, 5) is -0.0
+    zero = grade(task, submit(tmp_path, [1.000001, 0, 0, 0]), part="full")  # round(0.1 - 0.1000001, 5) is -0.0
     assert repr(zero.to_dict()["score"]) == "0.0" and repr(zero.score) == "0.0"
 
 
@@ -84,11 +89,11 @@ def test_a_degenerate_named_metric_says_why(tmp_path):
                         mlebench=False).get("tiny")
     prepare(task)
     with pytest.warns(Warning):
-        degenerate = grade(task, submit(tmp_path, [1, 1, 1, 1]))
+        degenerate = grade(task, submit(tmp_path, [1, 1, 1, 1]), part="full")
     assert not degenerate.valid_submission and degenerate.score is None
     assert degenerate.invalid_reason.startswith("quadratic weighted kappa is undefined when the answers and the "
                                                 "predictions hold a single label between them (here 1)")
-    assert grade(task, submit(tmp_path, [0, 1, 1, 1])).score == 0.0  # two labels: kappa 0, defined
+    assert grade(task, submit(tmp_path, [0, 1, 1, 1]), part="full").score == 0.0  # two labels: kappa 0, defined
 
 
 def report(score, valid=True, medal=None, above=False, normalized=None):

@@ -45,7 +45,7 @@ def test_data_contract(task):
     assert sorted(p.name for p in public.iterdir()) == [
         "description.md", "sample_submission.csv", "test.csv", "train.csv",
     ]
-    assert sorted(p.name for p in private.iterdir()) == ["answers.csv"]
+    assert sorted(p.name for p in private.iterdir()) == ["answers.csv", "private_answers.csv", "public_answers.csv"]
     fmt = task.spec.submission
     train = pd.read_csv(public / "train.csv")
     test = pd.read_csv(public / "test.csv")
@@ -57,6 +57,19 @@ def test_data_contract(task):
     assert test[fmt.id_column].tolist() == answers[fmt.id_column].tolist() == sample[fmt.id_column].tolist()
     assert not set(train[fmt.id_column]) & set(test[fmt.id_column])
     assert not answers.isna().any().any()
+    # Kaggle's split: the two parts partition the answers' rows, about 30% public, and for
+    # classification every class of two or more test rows is in both parts.
+    public_part = pd.read_csv(task.public_answers_path)
+    private_part = pd.read_csv(task.private_answers_path)
+    ids = answers[fmt.id_column].tolist()
+    assert sorted(public_part[fmt.id_column].tolist() + private_part[fmt.id_column].tolist()) == sorted(ids)
+    assert [i for i in ids if i in set(public_part[fmt.id_column])] == public_part[fmt.id_column].tolist()
+    assert abs(len(public_part) / len(answers) - 0.3) < 0.02
+    if task.spec.problem != "regression" and len(fmt.target_columns) == 1:
+        (target,) = fmt.target_columns
+        counts = answers[target].value_counts()
+        assert set(counts[counts >= 2].index) <= set(public_part[target]) <= set(answers[target])
+        assert set(private_part[target]) == set(answers[target])
 
 
 def test_no_private_file_under_public(task):

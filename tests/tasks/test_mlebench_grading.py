@@ -377,3 +377,20 @@ def test_a_run_without_a_submission_reports_the_bare_id_and_the_file_thresholds(
     assert report.competition_id == "unsorted" and report.bronze_threshold == 0.5
     assert not report.submission_exists and not report.valid_submission and not report.any_medal
     assert report.invalid_reason == "no step produced a submission"
+
+
+def test_final_grade_is_mlebench_s_full_grade_and_the_public_part_a_seeded_subset(mlebench_dirs, tmp_path):
+    """The grade function reports which answer rows it got (their ids as digits) and refuses a
+    submission whose ids are not those rows."""
+    import hashlib
+
+    _add(mlebench_dirs, "parts", "def grade(s, a):\n"
+         "    assert sorted(s['id']) == sorted(a['id']), 'rows cut differently'\n"
+         "    return float(''.join(str(i) for i in sorted(a['id'])))\n")
+    report = grade(_task("parts"), _submit(tmp_path, SUBMISSION))
+    assert (report.score, report.part, report.competition_id) == (1234.0, "full", "parts")
+    # round(0.3 * 4) = 1 public row: the id with the lowest sha256 of ("mlebench:parts", id).
+    public_id = min([1, 2, 3, 4], key=lambda i: hashlib.sha256(f"mlebench:parts\0{i}".encode()).digest()[:8])
+    assert report.public_score == float(public_id)
+    public = grade(_task("parts"), _submit(tmp_path, SUBMISSION), part="public")
+    assert (public.score, public.part) == (float(public_id), "public")

@@ -34,6 +34,8 @@ def test_prepare_then_skip_when_intact(tiny):
     assert set(manifest["files"]) == {
         "public/train.csv", "public/test.csv", "public/sample_submission.csv",
         "public/description.md", "private/answers.csv",
+        # Written by the preparation: the public and private parts of the answers.
+        "private/public_answers.csv", "private/private_answers.csv",
     }
     assert manifest["rows"] == {"train": 4, "test": 4}
     assert prepare(tiny, force=True).reason == "forced"
@@ -123,4 +125,42 @@ def test_preparer_missing_a_file_is_refused(tiny):
     (tiny.spec.folder / "prepare.py").write_text(PREPARE.replace(
         'pd.DataFrame({"id": [5, 6, 7, 8], "y": [0, 1, 0, 1]}).to_csv(private / "answers.csv", index=False)', "pass"))
     with pytest.raises(PreparationError, match="did not write private/answers.csv"):
+        prepare(tiny)
+
+
+def test_preparer_that_leaves_target_renamed_in_test_is_refused(tiny):
+    (tiny.spec.folder / "prepare.py").write_text(PREPARE.replace(
+        '"x": [0.3, 0.7, 0.1, 0.95]}', '"x": [0.3, 0.7, 0.1, 0.95], "label": [0, 1, 0, 1]}'))
+    with pytest.raises(PreparationError, match=r"under another name: 'label' \(the answers' 'y'\)"):
+        prepare(tiny)
+    assert verify(tiny) == "not prepared"
+
+
+def test_no_lock_file_is_left_after_a_failed_or_a_good_preparation(tiny, tmp_path):
+    failing = write_task(tmp_path / "more", "tiny-fail")
+    (failing / "prepare.py").write_text("def prepare(raw, public, private):\n    raise RuntimeError('boom')\n")
+    task = TaskRegistry(task_dirs=[tmp_path / "more"], include_builtin=False,
+                        data_dir=tmp_path / "data", mlebench=False).get("tiny-fail")
+    with pytest.raises(RuntimeError, match="boom"):
+        prepare(task)
+    assert not (task.data_dir / ".lock").exists() and not list(task.data_dir.glob(".staging-*"))
+    assert prepare(tiny).status == "prepared"
+    assert not (tiny.data_dir / ".lock").exists()
+
+
+def test_not_prepared_hint_repeats_the_tasks_folder(tiny):
+    with pytest.raises(DataNotPrepared) as info:
+        require_prepared(tiny)
+    assert str(info.value).endswith(f"run: mleforge tasks prepare tiny --tasks-dir {tiny.spec.folder} "
+                                    f"--data-dir {tiny.data_dir.parent}")
+
+
+def test_a_preparer_may_not_write_the_parts_itself(tiny):
+    (tiny.spec.folder / "prepare.py").write_text(PREPARE + textwrap.dedent('''
+        _original = prepare
+        def prepare(raw, public, private):
+            _original(raw, public, private)
+            (private / "public_answers.csv").write_text("id,y\\n5,0\\n")
+    '''))
+    with pytest.raises(PreparationError, match="the preparation writes those itself"):
         prepare(tiny)

@@ -37,7 +37,8 @@ class EnvError(MleforgeError):
 class MLEEnv:
     def __init__(self, task: Task, executor: Any, *, max_steps: int = 8,
                  search: SearchConfig | None = None, prompt: PromptConfig | None = None,
-                 reward: RewardConfig | None = None, run_timeout_s: float | None = None):
+                 reward: RewardConfig | None = None, run_timeout_s: float | None = None,
+                 feedback: str = "public"):
         if max_steps < 1:
             raise ConfigError(f"max_steps must be >= 1; got {max_steps}")
         self.task = task
@@ -45,7 +46,8 @@ class MLEEnv:
         self.max_steps = max_steps
         self.search = search or SearchConfig()
         self.prompt = prompt or PromptConfig()
-        self.rewards = RewardContext(task, reward or RewardConfig())
+        # Public scores (or none, `feedback="none"`) in observations and rewards; never private.
+        self.rewards = RewardContext(task, reward or RewardConfig(), feedback)
         self.limits = RunLimits.of(None, task.spec.limits, timeout_s=run_timeout_s)
         self._seed = 0
         self._steps = 0

@@ -105,9 +105,14 @@ class Journal:
         return tuple(n for n in self.nodes if n.id not in parents)
 
     def best_node(self) -> Node | None:
-        """The valid node with the best score for the direction; the earliest among ties."""
+        """The valid node with the best (public) score for the direction; the earliest among
+        ties. In a run without scores (feedback "none") the search picks by what it can
+        see: the last valid node."""
+        scored = [n for n in self.good_nodes if n.score is not None]
+        if not scored:
+            return self.good_nodes[-1] if self.good_nodes else None
         best: Node | None = None
-        for node in self.good_nodes:
+        for node in scored:
             if best is None or (
                 node.score < best.score if self.is_lower_better else node.score > best.score  # type: ignore[operator]
             ):

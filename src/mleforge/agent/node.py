@@ -20,8 +20,10 @@ from mleforge.reward.components import STAGES, classify_outcome
 class Node:
     """One attempt: a plan and a script, what running it showed, and its grade.
 
-    `valid` means the run produced a valid, graded submission (`score` is its
-    test score); a node that is not valid is buggy and can be debugged.
+    `valid` means the run produced a valid, graded submission; `score` is its *public*
+    score (the public part of the test answers, never the private part the final grade is
+    on), or None in a run whose feedback is "none" (the agent sees execution output only).
+    A node that is not valid is buggy and can be debugged.
     `error` says why a node is not valid (the crash, the timeout, the grader's
     reason for rejecting the submission). `execution` is None when nothing ran
     (the completion had no parsable action).
@@ -50,8 +52,11 @@ class Node:
                 f"node {self.id}: a draft has no parent and a {self.stage} node needs one "
                 f"(stage {self.stage!r}, parent {self.parent_id!r})"
             )
-        if self.valid and (self.score is None or not math.isfinite(self.score)):
-            raise RecordError(f"node {self.id}: a valid node needs a finite score; got {self.score!r}")
+        if self.score is not None and not (self.valid and math.isfinite(self.score)):
+            raise RecordError(
+                f"node {self.id}: a score needs a valid node and a finite value; got {self.score!r} "
+                f"(valid: {self.valid})"
+            )
         # A copy, so the caller's dict can change without changing this frozen record.
         object.__setattr__(self, "metadata", dict(self.metadata))
 

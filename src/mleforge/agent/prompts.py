@@ -65,7 +65,10 @@ class PromptConfig:
     overview_sample_rows: int = 500  # rows read to infer types and examples
     overview_files: int = 30  # entries listed of the input folder
     allow_edits: bool = True  # offer SEARCH/REPLACE edits (format B) in debug and improve
-    show_scores: bool = True  # show earlier attempts' graded scores (a public-leaderboard-like signal)
+    # Show earlier attempts' public scores (Kaggle's public leaderboard: a part of the test
+    # set, never the private part the final grade is on). A node of a run with feedback
+    # "none" has no score to show.
+    show_scores: bool = True
     packages: tuple[str, ...] = ("numpy", "pandas", "scikit-learn", "scipy")
     profile: str = "full"  # "full" | "compact" (see the module doc; `PromptConfig.compact()` is its preset)
     code_chars: int = 0  # the target script shown is cut to about this (script_view); 0: whole
@@ -291,9 +294,16 @@ def _system(stage: str, task: Task, config: PromptConfig) -> str:
     return "\n\n".join([_ROLES[stage], _instructions(task, config), _response_format(stage, config)])
 
 
+def _shown(node: Node, config: PromptConfig) -> bool:
+    """A node's public score goes into a prompt: valid, scored, and scores shown."""
+    return node.valid and node.score is not None and config.show_scores
+
+
 def _attempt_result(node: Node, config: PromptConfig) -> str:
     if node.valid:
-        return f"test score {_number(node.score)}" if config.show_scores else "valid submission"  # type: ignore[arg-type]
+        if config.show_scores and node.score is not None:
+            return f"public score {_number(node.score)}"
+        return "valid submission"
     return "failed: " + _one_line(_failure(node), config.memory_error_chars)
 
 
@@ -371,7 +381,7 @@ def _target(state: State, task: Task, config: PromptConfig, title: str) -> str:
     if node is None or node.execution is None:  # State guarantees both for debug and improve
         raise ValueError(f"a {state.stage} prompt needs a target node that ran")
     number = state.journal.position(node.id) + 1
-    score = f", test score {_number(node.score)}" if node.valid and config.show_scores else ""  # type: ignore[arg-type]
+    score = f", public score {_number(node.score)}" if _shown(node, config) else ""
     return "\n\n".join([
         f"# {title} (attempt {number}{score})",
         "Plan: " + (_one_line(node.plan, config.memory_plan_chars) or "(no plan given)"),
@@ -498,7 +508,7 @@ _COMPACT_ROLES = {
     "debug": "You are an expert machine-learning engineer. The script below failed. Find the cause in its "
              "output and fix it.",
     "improve": "You are an expert machine-learning engineer. The script below works. Make one change that "
-               "should improve its test score.",
+               "should improve its score.",
 }
 
 
@@ -592,7 +602,7 @@ def _compact_target(state: State, task: Task, config: PromptConfig, title: str) 
     node = state.target
     if node is None or node.execution is None:
         raise ValueError(f"a {state.stage} prompt needs a target node that ran")
-    score = f" (test score {_number(node.score)})" if node.valid and config.show_scores else ""  # type: ignore[arg-type]
+    score = f" (public score {_number(node.score)})" if _shown(node, config) else ""
     view = target_view(state, config)
     ex = node.execution
     status = "timed out" if ex.timed_out else (

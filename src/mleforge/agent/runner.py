@@ -7,7 +7,12 @@ A run directory holds
     steps.jsonl        one line per step: stage, outcome, reward components, score, tokens,
                        generation and execution seconds
     nodes/<node id>/   script.py, and submission.csv when one was written
-    result.json        the final answer: the best valid node, graded
+    result.json        the final answer: the best valid node, graded on the private part
+
+What the run sees of its own submissions is `feedback`: "public" (each node's score on the
+public part of the test answers, in prompts and for the search's choices) or "none"
+(execution output only; the search improves the last valid node and answers with it). The
+private part is graded once, in `result.json`, after the last step.
 
 A run interrupted at any point resumes from its journal: finished steps are not
 redone, and each step's random choices depend only on (seed, step).
@@ -32,6 +37,7 @@ from mleforge.agent.step import RewardContext, StepOutcome, node_id_for, run_ste
 from mleforge.errors import ConfigError
 from mleforge.grading.grader import grade
 from mleforge.grading.report import GradeReport
+from mleforge.grading.split import check_feedback
 from mleforge.reward import RewardConfig
 from mleforge.sandbox import RunLimits
 from mleforge.tasks.task import Task
@@ -48,8 +54,10 @@ class EpisodeConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     max_new_tokens: int = 2048
     temperature: float = 0.7
+    feedback: str = "public"  # "public" scores shown and selected by, or "none"
 
     def __post_init__(self) -> None:
+        check_feedback(self.feedback)
         if self.steps < 1:
             raise ConfigError(f"steps must be >= 1; got {self.steps}")
         if self.time_limit_s is not None and self.time_limit_s <= 0:
@@ -73,6 +81,7 @@ class EpisodeResult:
     completion_tokens: int
     prompt_tokens: int
     stopped_by: str  # "steps" | "time_limit"
+    feedback: str = "public"  # what the run was shown: "public" scores, or "none"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -100,7 +109,7 @@ class EpisodeRunner:
         self.ideas = tuple(ideas)
         self.policy_name = policy_name or getattr(policy, "model", type(policy).__name__)
         self.on_step = on_step
-        self.rewards = RewardContext(task, config.reward)
+        self.rewards = RewardContext(task, config.reward, config.feedback)
         self.limits = RunLimits.of(None, task.spec.limits, timeout_s=config.run_timeout_s)
 
     # --- persistence ---
@@ -121,10 +130,11 @@ class EpisodeRunner:
             saved = json.loads(config_path.read_text())
             same = {k: saved.get(k) for k in ("task_id", "policy", "ideas")} == {
                 k: record[k] for k in ("task_id", "policy", "ideas")}
-            if not same or saved["episode"]["seed"] != self.config.seed:
+            saved_feedback = saved["episode"].get("feedback", "public")
+            if not same or saved["episode"]["seed"] != self.config.seed or saved_feedback != self.config.feedback:
                 raise ConfigError(
                     f"{self.run_dir} holds a different run ({saved.get('task_id')}, {saved.get('policy')}, "
-                    f"seed {saved['episode']['seed']}); use another run directory"
+                    f"seed {saved['episode']['seed']}, feedback {saved_feedback}); use another run directory"
                 )
         _atomic_write(config_path, json.dumps(record, indent=2, sort_keys=True))
         journal_path = self.run_dir / "journal.json"
@@ -193,7 +203,8 @@ class EpisodeRunner:
         report = None
         if best is not None:
             path = self.run_dir / "nodes" / best.id / "submission.csv"
-            report = grade(self.task, path)
+            # The only private grade of the run, after its last step.
+            report = grade(self.task, path, part="private", feedback=self.config.feedback)
         first_valid = next((i + 1 for i, n in enumerate(journal.nodes) if n.valid), None)
         result = EpisodeResult(
             task_id=self.task.id, run_dir=str(self.run_dir), steps=len(journal),
@@ -201,7 +212,7 @@ class EpisodeRunner:
             steps_to_first_valid=first_valid, wall_s=round(wall_s, 3),
             completion_tokens=sum(int(n.metadata.get("completion_tokens") or 0) for n in journal.nodes),
             prompt_tokens=sum(int(n.metadata.get("prompt_tokens") or 0) for n in journal.nodes),
-            stopped_by=stopped_by,
+            stopped_by=stopped_by, feedback=self.config.feedback,
         )
         _atomic_write(self.run_dir / "result.json", json.dumps(result.to_dict(), indent=2))
         return result

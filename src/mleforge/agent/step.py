@@ -10,6 +10,7 @@ becomes the node's `error` and its reward case, never an exception.
 from __future__ import annotations
 
 import hashlib
+import math
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from mleforge.agent.node import Node
 from mleforge.agent.state import State
 from mleforge.grading.grader import grade, sample_submission_score
 from mleforge.grading.report import GradeReport
+from mleforge.grading.split import check_feedback
 from mleforge.reward import RewardBreakdown, RewardConfig, compute_reward
 from mleforge.reward.components import reference_score, task_scale
 from mleforge.sandbox import ExecutionResult, RunLimits
@@ -34,10 +36,23 @@ NODE_OUTPUT_CHARS = 8000
 
 @dataclass(frozen=True)
 class RewardContext:
-    """What the reward needs to know about a task: its baseline, scale and leaderboard."""
+    """What the reward needs to know about a task: its baseline, scale and leaderboard, and
+    what the agent is shown of its own submissions.
+
+    Every step is graded on the *public* part of the test answers (Kaggle's public
+    leaderboard; `grading.split`), never the private part the final grade is on: the reward
+    (and so training's reward) and, with `feedback="public"`, the node's score that prompts
+    show and the search selects by. With `feedback="none"` the node keeps no score (the agent
+    gets execution output only, as in MLE-bench's protocol); the reward still comes from
+    the public score.
+    """
 
     task: Task
     config: RewardConfig = field(default_factory=RewardConfig)
+    feedback: str = "public"
+
+    def __post_init__(self) -> None:
+        check_feedback(self.feedback)
 
     @cached_property
     def leaderboard_scores(self) -> tuple[float, ...]:
@@ -45,8 +60,8 @@ class RewardContext:
 
     @cached_property
     def baseline(self) -> float:
-        """The sample submission's score; the leaderboard's worst entry if it is not valid."""
-        score = sample_submission_score(self.task)
+        """The sample submission's public score; the leaderboard's worst entry if it is not valid."""
+        score = sample_submission_score(self.task, "public")
         if score is not None:
             return score
         worst = max if self.task.is_lower_better else min
@@ -58,14 +73,17 @@ class RewardContext:
                           self.config.scale_source, self.config.scale_floor)
 
     def reward(self, state: State, node: Node, report: GradeReport | None) -> RewardBreakdown:
+        """The reward of a node, from its public grade `report` (a valid node's score is the
+        report's; the node itself may hold none, with feedback "none")."""
         if node.outcome != "valid":
             return compute_reward(node.outcome, config=self.config)
+        score = report.score if report is not None and report.score is not None else node.score
         reference = reference_score(state.stage, baseline=self.baseline, best_score=state.journal.best_score)
         medal = None
         if report is not None:
             medal = next((m for m in ("gold", "silver", "bronze") if getattr(report, f"{m}_medal")), None)
         return compute_reward(
-            "valid", score=node.score, reference=self.baseline if reference is None else reference,
+            "valid", score=score, reference=self.baseline if reference is None else reference,
             scale=self.scale, is_lower_better=self.task.is_lower_better, config=self.config,
             leaderboard_scores=self.leaderboard_scores, medal=medal,
         )
@@ -138,7 +156,8 @@ def run_step(
     report: GradeReport | None = None
     try:
         if result.submission_path:
-            report = grade(task, result.submission_path)
+            # The public part only: nothing of a run sees the private score before its final grade.
+            report = grade(task, result.submission_path, part="public", feedback=rewards.feedback)
             if keep_submission is not None:
                 keep_submission.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(result.submission_path, keep_submission)
@@ -151,7 +170,10 @@ def run_step(
         plan=action.plan,
         code=action.code,
         execution=execution,
-        score=report.score if valid and report is not None else None,
+        # The public score, shown to the agent only with feedback "public" (and only a finite
+        # one: an `mlebench:` grader's valid nan is a valid node with nothing to show).
+        score=(report.score if valid and report is not None and rewards.feedback == "public"
+               and report.score is not None and math.isfinite(report.score) else None),
         valid=valid,
         error=None if valid else _error_text(result, report),
         **{**common, "metadata": {**common["metadata"], "format": action.format, "n_edits": action.n_edits}},

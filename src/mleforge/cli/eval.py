@@ -7,6 +7,7 @@ from pathlib import Path
 
 from mleforge.cli.options import (
     POLICY_HELP,
+    add_feedback_option,
     add_generation_options,
     common,
     task_registry,
@@ -28,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, help="runs at once (default: half the CPUs); generation is serialized")
     p.add_argument("--drafts", type=int, default=2, help="drafts before debugging/improving (default 2)")
     add_generation_options(p)
+    add_feedback_option(p)
     p.add_argument("--trained-on", action="append",
                    help="a training run folder or record whose tasks the policy saw (repeatable; contamination guard)")
     p.add_argument("--out", help="evaluation folder (default runs/eval/<policy>; resumed if present)")
@@ -64,7 +66,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         isolation=args.isolation,
         policy_options={**({"num_threads": args.threads} if local and args.threads else {}),
                         **engine_options(args, args.policy)},
-        train_runs=tuple(args.trained_on or ()),
+        train_runs=tuple(args.trained_on or ()), feedback=args.feedback,
     )
     grid = EvalGrid(config, args.out or f"runs/eval/{safe_name(args.policy)}", registry=task_registry(args))
     warning = grid.contamination.warning

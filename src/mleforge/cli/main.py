@@ -1,4 +1,4 @@
-"""`mleforge`: tasks, grading and (in later layers) runs, training and evaluation."""
+"""`mleforge`: machine-learning engineering tasks, grading, agent runs, evaluation and training data."""
 
 from __future__ import annotations
 

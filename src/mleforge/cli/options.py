@@ -76,6 +76,14 @@ def executor_options(args: argparse.Namespace) -> dict:
     return {"isolation": args.isolation} if getattr(args, "isolation", None) else {}
 
 
+def add_feedback_option(p: argparse.ArgumentParser) -> None:
+    """What the agent is shown of its own submissions (the final grade is always private)."""
+    p.add_argument("--feedback", choices=("public", "none"), default="public",
+                   help="public: each submission's score on the public part of the test answers, in "
+                        "prompts and for the search's choices; none: execution output only, as in "
+                        "MLE-bench (default public)")
+
+
 def policy_options(args: argparse.Namespace, registry) -> dict:
     """Options for make_policy: the template expert reads tasks from the same registry;
     local models use one torch thread per core share."""

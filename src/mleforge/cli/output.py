@@ -49,7 +49,8 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
 
 
 # One row per graded submission, as `grade`, `exec`, `tasks solve` and `run` print it.
-REPORT_COLUMNS = ["task", "metric", "score", "normalized", "medal", "above median", "valid", "reason"]
+REPORT_COLUMNS = ["task", "metric", "score", "graded on", "public score", "normalized", "medal", "above median",
+                  "valid", "reason"]
 
 
 def medal(report) -> str:
@@ -60,5 +61,6 @@ def medal(report) -> str:
 
 
 def report_row(report) -> list:
-    return [report.competition_id, report.metric, report.score, report.normalized_score, medal(report),
+    return [report.competition_id, report.metric, report.score, report.part, report.public_score,
+            report.normalized_score, medal(report),
             report.above_median, report.valid_submission, report.invalid_reason]

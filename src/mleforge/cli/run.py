@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mleforge.cli.options import (
     POLICY_HELP,
+    add_feedback_option,
     add_generation_options,
     common,
     executor_options,
@@ -28,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ideas", type=int, default=0, help="exploration ideas injected into the first prompt (1-3)")
     add_generation_options(p)
+    add_feedback_option(p)
     p.add_argument("--run-dir", help="run directory (default runs/run/<task>/<policy>/seed<seed>; resumed if present)")
     p.add_argument("--fresh", action="store_true", help="delete the run directory first instead of resuming")
     p.set_defaults(func=cmd_run)
@@ -57,7 +59,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = EpisodeConfig(
         steps=args.steps, time_limit_s=args.time_limit, run_timeout_s=args.run_timeout, seed=args.seed,
         search=SearchConfig(num_drafts=args.drafts), max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
+        temperature=args.temperature, feedback=args.feedback,
     )
     policy = make_policy(args.policy, **policy_options(args, registry))
     ideas: tuple[str, ...] = ()
@@ -96,7 +98,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.report is None:
         err_console.print("no valid submission in this run", style="bold red")
     else:
-        print_table("final answer (best valid node)", REPORT_COLUMNS, [report_row(result.report)])
+        chosen = "best public score" if result.feedback == "public" else "last valid node: feedback none"
+        print_table(f"final answer ({chosen}), graded on the private part", REPORT_COLUMNS,
+                    [report_row(result.report)])
     print_table("summary", ["steps", "first valid at step", "wall s", "completion tokens", "stopped by"],
                 [[result.steps, result.steps_to_first_valid, result.wall_s, result.completion_tokens,
                   result.stopped_by]])

@@ -56,7 +56,7 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
     tasks = registry.tasks(include_mlebench=args.mlebench)
     items = [{**t.to_dict(), "rows": _rows(t)} for t in tasks]
     if args.json:
-        print_json(items)
+        print_json(items + [{**b.to_dict(), "broken": True} for b in registry.broken])
         return 0
     print_table(
         f"{len(items)} tasks (data root {registry.data_dir})",
@@ -67,6 +67,9 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
             for i in items
         ],
     )
+    if registry.broken:
+        print_table(f"{len(registry.broken)} broken task folder(s)", ["folder", "error"],
+                    [[b.name, b.error] for b in registry.broken])
     return 0
 
 

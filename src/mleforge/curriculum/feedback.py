@@ -25,6 +25,7 @@ from mleforge.curriculum.buffer import FeedbackSummary, StateBuffer
 from mleforge.curriculum.errors import CurriculumError
 from mleforge.curriculum.learnability import is_success
 from mleforge.curriculum.records import Offer, RolloutRecord
+from mleforge.grading.split import check_feedback
 from mleforge.reward.compute import RewardBreakdown
 
 
@@ -39,8 +40,12 @@ def rollout_node(
     created_at: float,
     error: str | None = None,
     output_max_chars: int | None = None,
+    feedback: str = "public",
 ) -> Node | None:
     """The Node one rollout adds to `state`'s journal, or None when nothing ran.
+
+    Its score is the reward's (the public score, `agent.step.RewardContext`); with
+    `feedback="none"` the node keeps none, so later prompts built on it show no score.
 
     `execution` is the sandbox's ExecutionResult (or an ExecutionSummary);
     None, like a `format_error` reward, means the completion had no runnable
@@ -67,7 +72,7 @@ def rollout_node(
         parent_id=state.target_node_id,
         step=state.step,
         execution=execution,
-        score=reward.score if valid else None,
+        score=reward.score if valid and feedback == "public" else None,
         valid=valid,
         error=None if valid else (error or reward.case),
         created_at=created_at,
@@ -95,6 +100,7 @@ def step_feedback(
     errors: Sequence[str | None] | None = None,
     clock: Callable[[], float] = time.time,
     offer_states: bool = True,
+    feedback: str = "public",
 ) -> FeedbackSummary:
     """Feed one finished GRPO step back to the buffer, in one transaction.
 
@@ -131,6 +137,7 @@ def step_feedback(
         node = rollout_node(
             state, completion, execution, reward, node_id=_node_id(state, rid), policy_step=step,
             created_at=now, error=error, output_max_chars=buffer.config.output_max_chars,
+            feedback=check_feedback(feedback),
         )
         if node is not None and offer_states:
             nxt = State.after(state.journal.add(node), node)

@@ -61,7 +61,7 @@ def task_reference(task: Any) -> TaskReference:
     scores = task.leaderboard()["score"].astype(float)
     lower = task.is_lower_better
     top = float(scores.min() if lower else scores.max())
-    baseline = sample_submission_score(task)
+    baseline = sample_submission_score(task, "public")  # the part training rewards are on
     if baseline is None:
         baseline = float(scores.max() if lower else scores.min())
     return TaskReference(task.id, "lower" if lower else "higher", top, float(baseline))

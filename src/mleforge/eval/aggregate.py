@@ -29,6 +29,9 @@ from typing import Any
 from mleforge.eval.records import RunFailure, RunReport
 from mleforge.grading.report import aggregate_reports
 
+# Means of 5-decimal scores, rounded so a report shows 0.580135, not 0.5801350000000001.
+MEAN_DECIMALS = 6
+
 RATES = ("valid_submission", "above_median", "any_medal", "gold_medal", "silver_medal", "bronze_medal")
 
 
@@ -39,9 +42,9 @@ def mean_sem(values: Sequence[float]) -> dict[str, Any]:
         return {"mean": None, "sem": None, "n": 0}
     mean = math.fsum(values) / n
     if n == 1:
-        return {"mean": mean, "sem": None, "n": 1}
+        return {"mean": round(mean, MEAN_DECIMALS), "sem": None, "n": 1}
     variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
-    return {"mean": mean, "sem": math.sqrt(variance) / math.sqrt(n), "n": n}
+    return {"mean": round(mean, MEAN_DECIMALS), "sem": math.sqrt(variance) / math.sqrt(n), "n": n}
 
 
 def normalized_value(report: RunReport) -> float | None:
@@ -97,7 +100,7 @@ def task_summary(task_id: str, reports: Sequence[RunReport], missing: int) -> di
         "missing": missing,
         "valid": len(valid),
         "best": best,
-        "avg": math.fsum(valid) / len(valid) if valid else None,
+        "avg": round(math.fsum(valid) / len(valid), MEAN_DECIMALS) if valid else None,
         "scores": {str(r.seed): r.grade.score for r in sorted(reports, key=lambda r: r.seed)},
         "mean_normalized_score": _mean_normalized(list(reports)),
         "above_median": sum(r.grade.above_median for r in reports),

@@ -14,7 +14,8 @@ from mleforge.errors import ConfigError
 
 # The settings that decide what a run does: an evaluation folder whose runs were made
 # with other values cannot be resumed (more seeds or tasks can be added, though).
-RUN_FIELDS = ("policy", "steps", "time_limit_s", "run_timeout_s", "drafts", "max_new_tokens", "temperature")
+RUN_FIELDS = ("policy", "steps", "time_limit_s", "run_timeout_s", "drafts", "max_new_tokens", "temperature",
+              "feedback")
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,9 @@ class EvalConfig:
     CPUs, at least one. `policy_options` go to `make_policy` and must be JSON values (the
     template expert's registry is supplied by the runner). `train_runs` name training run
     folders or records whose task sets the contamination guard checks, beside those it
-    finds next to an `hf:` checkpoint.
+    finds next to an `hf:` checkpoint. `feedback` is the protocol: what each run is shown of
+    its own submissions ("public": their public score; "none": execution output only, as in
+    MLE-bench); the final grade is always the private one.
     """
 
     policy: str = "template"
@@ -44,6 +47,7 @@ class EvalConfig:
     isolation: str | None = None  # the executor's: auto, bwrap or none (None: $MLEFORGE_ISOLATION, else auto)
     policy_options: Mapping[str, Any] = field(default_factory=dict)
     train_runs: tuple[str, ...] = ()
+    feedback: str = "public"
 
     def __post_init__(self) -> None:
         if not self.policy:
@@ -84,7 +88,7 @@ class EvalConfig:
         return EpisodeConfig(
             steps=self.steps, time_limit_s=self.time_limit_s, run_timeout_s=self.run_timeout_s, seed=seed,
             search=SearchConfig(num_drafts=self.drafts), max_new_tokens=self.max_new_tokens,
-            temperature=self.temperature,
+            temperature=self.temperature, feedback=self.feedback,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -36,7 +36,8 @@ from mleforge.errors import ConfigError
 from mleforge.eval.aggregate import aggregate
 from mleforge.eval.config import RUN_FIELDS, EvalConfig
 from mleforge.eval.contamination import RUN_RECORD, Contamination, check_contamination
-from mleforge.eval.records import RunFailure, RunReport, no_submission_report
+from mleforge.eval.records import RunFailure, RunReport
+from mleforge.grading.grader import no_submission_report
 from mleforge.tasks.task import Task
 
 THREAD_SAFE_PREFIXES = ("openai",)
@@ -140,7 +141,8 @@ class EvalGrid:
         from mleforge.tasks.preparation import prepare
 
         self.eval_dir.mkdir(parents=True, exist_ok=True)
-        record = {"kind": "eval", "policy": self.config.policy, "tasks": [t.id for t in self.tasks],
+        record = {"kind": "eval", "policy": self.config.policy, "protocol": protocol(self.config.feedback),
+                  "tasks": [t.id for t in self.tasks],
                   "seeds": self.seeds, "config": self.config.to_dict(),
                   "contamination": self.contamination.to_dict()}
         _write_json(self.eval_dir / RUN_RECORD, record)
@@ -152,9 +154,10 @@ class EvalGrid:
         _write_json(self.eval_dir / LEADERBOARDS_FILE, boards)
 
     def _no_valid(self, task: Task, run_dir: Path) -> Any:
-        scores = task.leaderboard()["score"].to_numpy(dtype=float)
-        return no_submission_report(task.id, scores, task.is_lower_better, task.spec.metric_name,
-                                    run_dir / "submission.csv")
+        # The grader's own report: the bare MLE-bench id and its file-order thresholds.
+        return no_submission_report(task, run_dir / "submission.csv",
+                                    "no step of the episode produced a valid submission",
+                                    feedback=self.config.feedback)
 
     def _finished(self, task: Task, seed: int) -> RunReport | None:
         """The report of a finished run with this evaluation's settings; None if it must run."""
@@ -316,11 +319,22 @@ class EvalGrid:
         if isolation is None and (self.eval_dir / AGGREGATE_FILE).is_file():  # nothing ran: as before
             isolation = json.loads((self.eval_dir / AGGREGATE_FILE).read_text()).get("isolation")
         summary = {"kind": "eval", "policy": self.config.policy, "eval_dir": str(self.eval_dir),
+                   "protocol": protocol(self.config.feedback),
                    "updated_at": datetime.now().isoformat(timespec="seconds"), "interrupted": interrupted,
                    "config": self.config.to_dict(), "contamination": self.contamination.to_dict(),
                    "isolation": isolation, **summary}
         _write_json(self.eval_dir / AGGREGATE_FILE, summary)
         return summary
+
+
+def protocol(feedback: str) -> dict[str, str]:
+    """What the runs of an evaluation saw and what their final grade is on, for its records."""
+    return {
+        "feedback": feedback,
+        "shown_to_agent": ("each submission's score on the public part of the test answers (about 30%)"
+                           if feedback == "public" else "execution output only, no score (MLE-bench's protocol)"),
+        "final_grade": "the private part of the test answers (mlebench: ids: MLE-bench's full grade)",
+    }
 
 
 def run_eval(config: EvalConfig, eval_dir: str | Path, *, registry: Any = None, policy: Any = None,

@@ -18,7 +18,10 @@ DEFINITIONS = (
     "run whose final answer is invalid counts as 0; a run that never finished (it failed, or the "
     "evaluation was interrupted) is left out and listed below. The normalized score is 0 at the "
     "sample submission and 1 at the leaderboard's best. Best and Avg per task are the best and the "
-    "mean of the valid final scores (ML-Agent's table), in the metric's own units."
+    "mean of the valid final scores (ML-Agent's table), in the metric's own units. Final scores are "
+    "graded on the private part of the test answers (MLE-bench's full grade for mlebench: ids), which "
+    "no run sees before its end; the feedback column says what the runs were shown: public (each "
+    "submission's score on the public part) or none (execution output only)."
 )
 
 
@@ -80,14 +83,15 @@ def summary_section(runs: Sequence[LoadedRun]) -> list[Section]:
             continue
         m, config, usage, finished = agg["metrics"], agg["config"], agg["usage"], agg["runs"]["finished"]
         rows.append((
-            run.label, len(agg["tasks"]), f"{len(agg['seeds'])} x {config['steps']}",
+            run.label, (agg.get("protocol") or {}).get("feedback", config.get("feedback", "public")),
+            len(agg["tasks"]), f"{len(agg['seeds'])} x {config['steps']}",
             f"{finished}/{agg['runs']['expected']}", pm(m["valid_submission"]), pm(m["above_median"]),
             pm(m["any_medal"]), pm(m["gold_medal"]), pm(m["silver_medal"]), pm(m["bronze_medal"]),
             pm(m["normalized_score"], 1.0, 3), pm(m["steps_to_first_valid"], 1.0, 2),
             round(usage["completion_tokens"] / finished) if finished else None,
             round(usage["wall_s"] / finished, 1) if finished else None, _isolation(agg),
         ))
-    columns = ("run", "tasks", "seeds x steps", "finished", "valid %", "above median %", "any medal %",
+    columns = ("run", "feedback", "tasks", "seeds x steps", "finished", "valid %", "above median %", "any medal %",
                "gold %", "silver %", "bronze %", "normalized", "steps to 1st valid", "tokens / run", "s / run",
                "isolation")
     blocks: list[Any] = [*_callouts(runs), Table(columns, tuple(rows), "mean ± SEM over seeds"),

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from mleforge.errors import ConfigError
 from mleforge.grading.metrics import get_metric
 from mleforge.reference.features import infer_roles
 from mleforge.reference.solutions import MANY_CLASSES, WIDE_COLUMNS
@@ -82,7 +83,18 @@ def _output_kind(problem: str, metric_name: str | None, targets: tuple[str, ...]
 
 
 def task_profile(task: Task) -> TaskProfile:
-    """Read the task's public train.csv (cached by file and modification time) into a profile."""
+    """Read the task's public train.csv (cached by file and modification time) into a profile.
+
+    The template expert predicts one label column of train.csv. An `mlebench:` task gets one
+    where the sample submission names it (`tasks.mlebench.infer_target`); where none can be
+    inferred (images, several targets) the expert cannot write a script, and says so."""
+    if not task.spec.target:
+        predicted = ", ".join(task.spec.submission.target_columns) or "none"
+        raise ConfigError(
+            f"the template expert cannot solve task {task.id}: it predicts one label column of "
+            f"train.csv, and none could be inferred (the sample submission predicts: {predicted}; "
+            "no single one of them is a train.csv column). Use a model policy for this task."
+        )
     path = task.public_dir / "train.csv"
     stat = path.stat()
     return _profile(task, str(path), stat.st_mtime_ns, stat.st_size)

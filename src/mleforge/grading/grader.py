@@ -11,6 +11,13 @@ Two paths, one report:
   exception, makes the submission invalid (MLE-bench's `Grader.__call__` returns None for
   both), with the exception as the reason; a nan score stays a valid nan, as in MLE-bench.
 
+Which rows count (Kaggle's public/private split, `grading.split`): `part="private"` (the
+final grade), `"public"` (what the agent and the search see) or `"full"`. The submission is
+checked against the whole test set first (every id, every row), then only the part's rows
+are scored. For `mlebench:` ids the final grade stays MLE-bench's own grade on all rows, so
+numbers compare with published ones ("private" is "full" there), and "public" is a seeded
+subset of the answers' rows given to the competition's grade function.
+
 Every score is rounded as MLE-bench rounds it: `round(score, 5)` on the value the grade
 function returned, so an `np.float64` rounds by numpy's rule (0.934375 -> 0.93438) and a
 Python float by Python's (0.934375 -> 0.93437).
@@ -29,12 +36,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mleforge.errors import GraderError, InvalidSubmission, TaskSpecError
+from mleforge.errors import ConfigError, GraderError, InvalidSubmission, TaskSpecError
 from mleforge.grading.medals import rank_score
 from mleforge.grading.metrics import get_metric, undefined_reason
 from mleforge.grading.report import GradeReport
+from mleforge.grading.split import PARTS, public_mask
 from mleforge.grading.submission import (
     SubmissionBounds,
+    _id_key,
     check_columns,
     prepare_for_metric,
     read_csv_like_mlebench,
@@ -50,7 +59,8 @@ SCORE_DECIMALS = 5
 NORMALIZED_DECIMALS = 6
 
 _answers_cache: dict[tuple[str, int, int], Any] = {}
-_anchor_cache: dict[tuple[str, int, int], float | None] = {}
+_anchor_cache: dict[tuple[tuple[str, int, int], str], float | None] = {}
+_mask_cache: dict[tuple[Any, ...], np.ndarray] = {}
 _cache_lock = threading.Lock()
 
 
@@ -102,19 +112,66 @@ def submission_bounds(task: Task) -> SubmissionBounds:
     return SubmissionBounds.for_answers(task.answers_path, task.spec.submission.columns, len(load_answers(task)))
 
 
-def score_frame(task: Task, submission: pd.DataFrame) -> float:
-    """The rounded metric value of a submission frame, or InvalidSubmission.
+
+def _check_part(part: str) -> None:
+    if part not in PARTS:
+        raise ConfigError(f"part must be one of {', '.join(PARTS)}; got {part!r}")
+
+
+def _public_ids_mask(task: Task, answers: pd.DataFrame) -> np.ndarray:
+    """A built-in or folder task's public rows among its answers' rows: the ids of
+    private/public_answers.csv, which the preparation wrote."""
+    key = ("local", _file_key(task.answers_path), _file_key(task.public_answers_path))
+    with _cache_lock:
+        cached = _mask_cache.get(key)
+    if cached is None:
+        id_column = task.spec.submission.id_column
+        public_ids = set(_id_key(pd.read_csv(task.public_answers_path, dtype=str)[id_column]))
+        cached = _id_key(answers[id_column]).isin(public_ids).to_numpy()
+        with _cache_lock:
+            _mask_cache[key] = cached
+    return cached
+
+
+def _rows(task: Task, answers: pd.DataFrame, part: str) -> np.ndarray:
+    public = _public_ids_mask(task, answers)
+    return public if part == "public" else ~public
+
+
+def part_rows(task: Task, part: str = "private") -> int:
+    """How many answer rows a part holds (a built-in or folder task's)."""
+    _check_part(part)
+    answers = load_answers(task)
+    if part == "full":
+        return len(answers)
+    return int(_rows(task, answers, part).sum())
+
+
+def _take(values: Any, rows: np.ndarray) -> Any:
+    """The rows of a metric input (an array, or a list for rankings) that `rows` marks."""
+    if isinstance(values, np.ndarray):
+        return values[rows]
+    return [v for v, keep in zip(values, rows) if keep]
+
+
+def score_frame(task: Task, submission: pd.DataFrame, part: str = "private") -> float:
+    """The rounded metric value of a submission frame on one part of the answers, or
+    InvalidSubmission (judged on the whole test set, whatever the part).
 
     For `mlebench:` tasks the value may be nan (MLE-bench's valid nan score).
     """
+    _check_part(part)
     if task.kind == "mlebench":
-        return _score_mlebench(task, submission)
+        return _score_mlebench(task, submission, part)
     answers = load_answers(task)
     fmt = task.spec.submission
     grade_fn = task.grade_callable
+    rows = None if part == "full" else _rows(task, answers, part)
     if grade_fn is None:
         metric = get_metric(task.spec.metric or "")
         y_true, y_pred = prepare_for_metric(submission, answers, fmt.id_column, fmt.target_columns, metric)
+        if rows is not None:
+            y_true, y_pred = _take(y_true, rows), _take(y_pred, rows)
         try:
             score = metric(y_true, y_pred)
         except ValueError as exc:
@@ -126,29 +183,42 @@ def score_frame(task: Task, submission: pd.DataFrame) -> float:
         check_columns(submission, fmt.columns)
         if len(submission) != len(answers):
             raise InvalidSubmission(f"the submission has {len(submission)} rows; expected {len(answers)}")
-        try:
-            score = grade_fn(submission, answers)
-        except InvalidSubmission:
-            raise
-        except Exception as exc:
-            if type(exc).__name__ == "InvalidSubmissionError":
-                raise InvalidSubmission(str(exc)) from None
-            raise GraderError(
-                f"the grade function of {task.id} ({task.spec.grade_fn}) failed: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        if score is None or not np.isfinite(float(score)):
-            raise GraderError(f"the grade function of {task.id} returned {score!r}, not a finite number")
+        # The whole submission first: what makes it invalid on any row makes it invalid.
+        score = _call_task_grade(task, submission, answers)
+        if rows is not None:
+            part_ids = set(_id_key(answers[fmt.id_column][rows]))
+            submission = submission[_id_key(submission[fmt.id_column]).isin(part_ids).to_numpy()]
+            score = _call_task_grade(task, submission.reset_index(drop=True), answers[rows].reset_index(drop=True))
     return clean_float(mlebench_round(score))
 
 
-def _score_mlebench(task: Task, submission: pd.DataFrame) -> float:
-    """`mlebench.grade_helpers.Grader.__call__`: every exception of the grade function makes
-    the submission invalid; the score is rounded; nan stays nan."""
-    answers = load_answers(task)
+def _call_task_grade(task: Task, submission: pd.DataFrame, answers: pd.DataFrame) -> Any:
+    """A built-in or folder task's own grade function: its InvalidSubmissionError makes the
+    submission invalid; any other exception, or a score that is not a finite number, is a
+    bug of the grade function."""
     grade_fn = task.grade_callable
     try:
         score = grade_fn(submission, answers)
+    except InvalidSubmission:
+        raise
+    except Exception as exc:
+        if type(exc).__name__ == "InvalidSubmissionError":
+            raise InvalidSubmission(str(exc)) from None
+        raise GraderError(
+            f"the grade function of {task.id} ({task.spec.grade_fn}) failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if score is None or not np.isfinite(float(score)):
+        raise GraderError(f"the grade function of {task.id} returned {score!r}, not a finite number")
+    return score
+
+
+def _call_mlebench(task: Task, submission: pd.DataFrame, answers: Any) -> Any:
+    """`mlebench.grade_helpers.Grader.__call__`: every exception of the grade function makes
+    the submission invalid (a grade.py that cannot be loaded is the task's error, raised)."""
+    grade_fn = task.grade_callable
+    try:
+        return grade_fn(submission, answers)
     except Exception as exc:
         if type(exc).__name__ == "InvalidSubmissionError":
             raise InvalidSubmission(str(exc)) from None
@@ -156,6 +226,42 @@ def _score_mlebench(task: Task, submission: pd.DataFrame) -> float:
             f"the competition's grade function raised {type(exc).__name__}: {exc} "
             "(MLE-bench counts this as an invalid submission)"
         ) from None
+
+
+def mlebench_public_rows(task: Task, answers: Any) -> tuple[str, np.ndarray]:
+    """An `mlebench:` competition's public part: (id column, mask over the answers' rows),
+    a seeded 30% of the rows by the id column the sample submission starts with."""
+    header = [str(c) for c in pd.read_csv(task.sample_submission_path, nrows=0).columns]
+    id_column = header[0] if header else ""
+    if not isinstance(answers, pd.DataFrame) or id_column not in answers.columns:
+        raise GraderError(
+            f"{task.id} has no public part: its answers have no column {id_column!r} (the sample "
+            "submission's first column) to choose public rows by; run it with --feedback none"
+        )
+    key = ("mlebench", _file_key(task.answers_path))
+    with _cache_lock:
+        cached = _mask_cache.get(key)
+    if cached is None:
+        # Not stratified: MLE-bench's config does not say which column is the label.
+        cached = public_mask(answers, id_column, (), "regression", task.id)
+        with _cache_lock:
+            _mask_cache[key] = cached
+    return id_column, cached
+
+
+def _score_mlebench(task: Task, submission: pd.DataFrame, part: str) -> float:
+    """MLE-bench's grade on all rows ("private" and "full"); on the public part, the
+    grade function on the public rows of a submission that its full grade accepts."""
+    answers = load_answers(task)
+    score = _call_mlebench(task, submission, answers)
+    if part == "public":
+        id_column, rows = mlebench_public_rows(task, answers)
+        if id_column not in submission.columns:
+            raise InvalidSubmission(f"the submission has no column {id_column}; the header must start with it")
+        public_ids = set(_id_key(answers[id_column][rows]))
+        public_submission = submission[_id_key(submission[id_column]).isin(public_ids).to_numpy()]
+        score = _call_mlebench(task, public_submission.reset_index(drop=True),
+                               answers[rows].reset_index(drop=True))
     if score is None:
         raise GraderError(f"the grade function of {task.id} returned None, not a score")
     return clean_float(mlebench_round(score))
@@ -168,16 +274,17 @@ def _is_nan(value: Any) -> bool:
         return False
 
 
-def sample_submission_score(task: Task) -> float | None:
-    """The score of the task's sample submission (the naive baseline), or None if it is
-    not a valid submission (or scores nan). Cached per sample file."""
-    key = _file_key(task.sample_submission_path)
+def sample_submission_score(task: Task, part: str = "private") -> float | None:
+    """The score of the task's sample submission (the naive baseline) on `part`, or None if
+    it is not a valid submission (or scores nan). Cached per sample file and part."""
+    _check_part(part)
+    key = (_file_key(task.sample_submission_path), part)
     with _cache_lock:
         if key in _anchor_cache:
             return _anchor_cache[key]
     try:
         anchor: float | None = score_frame(task, read_submission(task.sample_submission_path,
-                                                                 submission_bounds(task)))
+                                                                 submission_bounds(task)), part)
     except InvalidSubmission:
         anchor = None
     if anchor is not None and math.isnan(anchor):
@@ -187,11 +294,12 @@ def sample_submission_score(task: Task) -> float | None:
     return anchor
 
 
-def _normalized(task: Task, score: float | None, leaderboard: pd.Series) -> float | None:
-    """0 at the sample submission's score, 1 at the leaderboard's best; None when invalid."""
+def _normalized(task: Task, score: float | None, leaderboard: pd.Series, part: str) -> float | None:
+    """0 at the sample submission's score (on the same part), 1 at the leaderboard's best;
+    None when invalid."""
     if score is None or math.isnan(score):
         return None
-    anchor = sample_submission_score(task)
+    anchor = sample_submission_score(task, part)
     best = float(leaderboard.min() if task.is_lower_better else leaderboard.max())
     if anchor is None:  # fall back to the leaderboard's worst entry
         anchor = float(leaderboard.max() if task.is_lower_better else leaderboard.min())
@@ -207,25 +315,52 @@ def report_id(task: Task) -> str:
     return task.id.removeprefix(PREFIX) if task.kind == "mlebench" else task.id
 
 
-def grade(task: Task, submission_path: str | Path) -> GradeReport:
-    """Grade a submission file: invalid submissions get a report with their reason."""
+def reported_part(task: Task, part: str) -> str:
+    """The part a report's `score` is on: an `mlebench:` final grade is MLE-bench's full one."""
+    return "full" if task.kind == "mlebench" and part == "private" else part
+
+
+def grade(task: Task, submission_path: str | Path, part: str = "private",
+          feedback: str | None = None) -> GradeReport:
+    """Grade a submission file on `part` of the answers: invalid submissions get a report
+    with their reason. `public_score` is the public part's score beside it; `feedback` is
+    the protocol of the run that made the submission ("public", "none"), for the record."""
+    _check_part(part)
     require_prepared(task)
     path = Path(submission_path)
     score: float | None = None
+    public: float | None = None
     reason: str | None = None
     try:
-        score = score_frame(task, read_submission(path, submission_bounds(task)))
+        submission = read_submission(path, submission_bounds(task))
+        score = score_frame(task, submission, part)
+        public = score if part == "public" else _public_or_none(task, submission)
     except InvalidSubmission as exc:
         reason = exc.reason
-    return _report(task, path, score, reason)
+    return _report(task, path, score, reason, reported_part(task, part), public, feedback)
 
 
-def no_submission_report(task: Task, submission_path: str | Path, reason: str) -> GradeReport:
+def _public_or_none(task: Task, submission: pd.DataFrame) -> float | None:
+    """The public score beside a final grade; None for a competition without a public part."""
+    try:
+        return score_frame(task, submission, "public")
+    except InvalidSubmission:
+        return None  # valid on the whole test set, undefined on the public rows (one label)
+    except GraderError:
+        if task.kind == "mlebench":
+            return None
+        raise
+
+
+def no_submission_report(task: Task, submission_path: str | Path, reason: str,
+                         part: str = "private", feedback: str | None = None) -> GradeReport:
     """The report of a run that left nothing to grade (earns nothing, keeps the thresholds)."""
-    return _report(task, Path(submission_path), None, reason)
+    _check_part(part)
+    return _report(task, Path(submission_path), None, reason, reported_part(task, part), None, feedback)
 
 
-def _report(task: Task, path: Path, score: float | None, reason: str | None) -> GradeReport:
+def _report(task: Task, path: Path, score: float | None, reason: str | None, part: str,
+            public_score: float | None, feedback: str | None) -> GradeReport:
     scores = task.leaderboard()["score"]
     exists = path.is_file() and path.suffix.lower() == ".csv"
     # MLE-bench reads thresholds at positions of its leaderboard file as it stands.
@@ -249,6 +384,9 @@ def _report(task: Task, path: Path, score: float | None, reason: str | None) -> 
         created_at=datetime.now(),
         submission_path=str(path),
         metric=task.spec.metric_name,
-        normalized_score=_normalized(task, score, scores),
+        normalized_score=_normalized(task, score, scores, "full" if part == "full" else part),
         invalid_reason=reason,
+        part=part,
+        public_score=public_score,
+        feedback=feedback,
     )

@@ -40,6 +40,13 @@ class GradeReport:
     metric: str = ""
     normalized_score: float | None = None  # 0 = the sample submission, 1 = the leaderboard's best
     invalid_reason: str | None = None
+    # The protocol (Kaggle's public/private split): which rows `score` is on ("private": the
+    # final grade of a built-in task; "full": an `mlebench:` final grade, MLE-bench's own;
+    # "public": feedback during a run), the public part's score beside it, and what the run
+    # that made the submission was shown ("public" scores, or "none": execution output only).
+    part: str = "private"
+    public_score: float | None = None
+    feedback: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -2,7 +2,8 @@
 
 There is no Kaggle leaderboard for the built-in tasks, so each task's
 `leaderboard.csv` (`entry,score`, best first) records how the grid of
-`mleforge.reference.solutions` scores on its test set, and
+`mleforge.reference.solutions` scores on the private part of its test set (Kaggle's
+private leaderboard: what final grades are ranked against), and
 `leaderboard.meta.json` what produced it: the library versions, the numerical
 environment (`mleforge.reference.numerics`: the pin, the BLAS kernels, numpy's
 SIMD targets) and the CPU.
@@ -28,7 +29,7 @@ from typing import Any
 import pandas as pd
 
 from mleforge.errors import InvalidSubmission
-from mleforge.grading.grader import SCORE_DECIMALS, load_answers, score_frame
+from mleforge.grading.grader import SCORE_DECIMALS, part_rows, score_frame
 from mleforge.reference.numerics import cpu_info, pinned_environment, unpinned_environment
 from mleforge.reference.solutions import ReferenceSolution, solution_grid
 from mleforge.tasks.preparation import prepare
@@ -98,7 +99,7 @@ def build_here(task: Task, progress: Progress | None = None) -> pd.DataFrame:
 def _score(task: Task, solution: ReferenceSolution, train: pd.DataFrame, test: pd.DataFrame, memory) -> float:
     submission = solution.fit_predict(task, train, test, memory=memory)
     try:
-        return score_frame(task, submission)
+        return score_frame(task, submission, "private")
     except InvalidSubmission as exc:
         raise InvalidSubmission(f"reference solution {solution.name} of {task.id}: {exc.reason}") from exc
 
@@ -140,6 +141,8 @@ def write_leaderboard(task: Task, board: pd.DataFrame) -> Path:
         "metric": task.spec.metric_name,
         "direction": task.spec.direction,
         "entries": len(board),
+        # Kaggle's private leaderboard: the rows final grades are scored on (grading.split).
+        "scored_on": {"part": "private", "rows": part_rows(task, "private")},
         "command": leaderboard_command(task),
         "versions": library_versions(),
         "numerics": board.attrs.get("numerics") or numerics(),
@@ -157,7 +160,7 @@ def score_tolerance(task: Task, test_rows: int | None = None) -> Callable[[float
 
     kind = get_metric(task.spec.metric).kind if task.spec.metric else None
     if kind in ("label", "ranking"):
-        n = test_rows if test_rows is not None else len(load_answers(task))
+        n = test_rows if test_rows is not None else part_rows(task, "private")
         rows = TOLERANCE_ROWS / n
         return lambda score: max(rows, ONE_UNIT)
     return lambda score: max(RELATIVE_TOLERANCE * abs(score), ONE_UNIT)

@@ -24,11 +24,18 @@ from pathlib import Path
 from mleforge import __version__
 from mleforge.errors import DataNotPrepared, PreparationError
 from mleforge.tasks.loading import load_callable
-from mleforge.tasks.task import Task
+from mleforge.tasks.task import Task, cli_task_args
 
 MANIFEST = "manifest.json"
 REQUIRED_PUBLIC = ("train.csv", "test.csv", "sample_submission.csv", "description.md")
 REQUIRED_PRIVATE = ("answers.csv",)
+# Written by the preparation itself, after the preparer: Kaggle's public/private split of
+# answers.csv (which stays whole, as MLE-bench's private/answers.csv is the whole test set).
+PUBLIC_ANSWERS = "public_answers.csv"
+PRIVATE_ANSWERS = "private_answers.csv"
+# Bumped when what the preparation adds to a preparer's output changes, so existing
+# preparations are redone (2: the public/private split of the answers).
+PREPARATION_VERSION = 2
 # Verified preparations, keyed by (manifest path, its mtime and size, definition hash):
 # a hot path (every execution, every grade) re-verifies only after something changed.
 _verified: set[tuple[str, int, int, str]] = set()
@@ -46,7 +53,7 @@ def sha256_file(path: Path) -> str:
 def definition_hash(task: Task) -> str:
     """A hash of the files that define the data: task.yaml, the preparer and the description."""
     folder = task.spec.folder
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(f"preparation {PREPARATION_VERSION}\0".encode())
     names = ["task.yaml", task.spec.description_path.name]
     module = task.spec.preparer.split(":")[0]
     local = folder.joinpath(*module.split(".")).with_suffix(".py")
@@ -115,19 +122,33 @@ def require_prepared(task: Task) -> None:
     problem = verify(task)
     if problem:
         raise DataNotPrepared(
-            f"data of task {task.id} is not usable ({problem}); run: mleforge tasks prepare {task.id}"
+            f"data of task {task.id} is not usable ({problem}); "
+            f"run: mleforge tasks prepare {task.id}{cli_task_args(task, data_dir=True)}"
         )
 
 
 @contextmanager
 def _lock(path: Path):
+    """An exclusive lock on `path`, removed when released (a failed preparation leaves no
+    stale `.lock`). A waiter may have opened the file just before its holder removed it:
+    it then holds a lock on a file nobody else sees, so it checks that the path still names
+    the file it locked and starts over if not."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    while True:
+        with open(path, "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                same = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                continue
+            try:
+                yield
+            finally:
+                path.unlink(missing_ok=True)
+                fcntl.flock(handle, fcntl.LOCK_UN)
+            return
 
 
 def _check_output(task: Task, staging: Path) -> None:
@@ -157,6 +178,42 @@ def _check_output(task: Task, staging: Path) -> None:
         raise PreparationError(
             f"preparer of {task.id} left the target column(s) {sorted(leaked)} in public/test.csv"
         )
+    from mleforge.tasks.leaks import renamed_target_columns
+
+    fmt = task.spec.submission
+    try:
+        renamed = renamed_target_columns(pd.read_csv(public / "test.csv"), pd.read_csv(private / "answers.csv"),
+                                         fmt.id_column, fmt.target_columns)
+    except pd.errors.MergeError as exc:
+        raise PreparationError(
+            f"preparer of {task.id} wrote ids that repeat in public/test.csv or private/answers.csv ({exc}); "
+            "each test id must appear once in each"
+        ) from None
+    if renamed:
+        pairs = ", ".join(f"{test!r} (the answers' {target!r})" for test, target in renamed)
+        raise PreparationError(
+            f"preparer of {task.id} left the answers in public/test.csv under another name: {pairs}; "
+            "drop those columns from the test file"
+        )
+
+
+def _split_answers(task: Task, private: Path) -> None:
+    """Write the public and private parts of answers.csv (grading.split), in its row order."""
+    import pandas as pd
+
+    from mleforge.grading.split import split_answers
+
+    if (private / PUBLIC_ANSWERS).exists() or (private / PRIVATE_ANSWERS).exists():
+        raise PreparationError(
+            f"preparer of {task.id} wrote private/{PUBLIC_ANSWERS} or private/{PRIVATE_ANSWERS}; "
+            "the preparation writes those itself from private/answers.csv"
+        )
+    fmt = task.spec.submission
+    answers = pd.read_csv(private / "answers.csv", dtype=str, keep_default_na=False)
+    # Read as text: the parts hold the answers' values exactly as the preparer wrote them.
+    public, private_part = split_answers(answers, fmt.id_column, fmt.target_columns, task.spec.problem, task.id)
+    public.to_csv(private / PUBLIC_ANSWERS, index=False)
+    private_part.to_csv(private / PRIVATE_ANSWERS, index=False)
 
 
 def prepare(task: Task, force: bool = False) -> PrepareResult:
@@ -187,6 +244,7 @@ def prepare(task: Task, force: bool = False) -> PrepareResult:
             preparer(raw, staging / "public", staging / "private")
             shutil.copyfile(task.spec.description_path, staging / "public" / "description.md")
             _check_output(task, staging)
+            _split_answers(task, staging / "private")
             files = {
                 rel: {"sha256": sha256_file(staging / rel), "size": (staging / rel).stat().st_size}
                 for rel in _list_files(staging)

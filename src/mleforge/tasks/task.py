@@ -45,6 +45,19 @@ class Task:
         return self.data_dir / "prepared" / "private"
 
     @property
+    def public_answers_path(self) -> Path:
+        """The public part of the answers (Kaggle's public leaderboard rows): what the agent's
+        feedback is graded on. Written by the preparation; `mlebench:` tasks have none on
+        disk (their public part is a seeded subset chosen when grading)."""
+        return self.answers_path.parent / "public_answers.csv"
+
+    @property
+    def private_answers_path(self) -> Path:
+        """The private part of the answers: what the final grade of a built-in or folder task
+        is computed on."""
+        return self.answers_path.parent / "private_answers.csv"
+
+    @property
     def is_lower_better(self) -> bool:
         return self.spec.is_lower_better
 
