@@ -43,6 +43,9 @@ def test_the_defaults_are_the_cpu_preset_and_every_preset_validates():
     ({"preset": "tpu"}, "preset: got 'tpu'"),
     ({"model": {"lora_rank": 0}}, "model.lora_rank: got 0"),
     ({"model": {"flash": True}}, "ModelConfig: unknown keys flash"),
+    ({"feedback": "private"}, "feedback: got 'private'; expected one of public, none"),
+    ({"isolation": "docker"}, "isolation: got 'docker'"),
+    ({"executor": "k8s"}, "executor: got 'k8s'"),
 ])
 def test_bad_values_are_refused_with_the_reason(changes, message):
     with pytest.raises(ConfigError) as info:

@@ -20,7 +20,7 @@ FLAGS = {
     "model": "model.spec", "tasks": "tasks", "eval_tasks": "eval_tasks", "steps": "steps",
     "group_size": "group_size", "groups_per_step": "groups_per_step", "max_new_tokens": "max_new_tokens",
     "lr": "lr", "lora_rank": "model.lora_rank", "sampler": "sampler", "sft": "sft", "seed": "seed",
-    "journals": "journals", "executor": "executor", "isolation": "isolation", "generation": "generation", "threads": "model.threads",
+    "journals": "journals", "executor": "executor", "isolation": "isolation", "feedback": "feedback", "generation": "generation", "threads": "model.threads",
     "exec_workers": "exec_workers", "micro_batch": "micro_batch", "sft_steps": "sft_steps", "sft_max_length": "sft_max_length",
     "expert_steps": "expert_steps", "stepwise_states": "stepwise_states", "quantization": "quantization",
 }
@@ -53,6 +53,9 @@ def register(subparsers) -> None:
     p.add_argument("--executor", choices=("auto", "local", "pool", "ray"),
                    help="sandbox backend (default auto: the warm pool as root, else local)")
     add_isolation_option(p)
+    p.add_argument("--feedback", choices=("public", "none"),
+                   help="what the states' prompts show of earlier runs: public (the public score, default) or "
+                        "none (execution output only); the reward is the public score either way")
     p.add_argument("--exec-workers", type=int, help="rollouts executed at once (default: CPUs / task CPUs)")
     p.add_argument("--generation", help="auto | trl | vllm | a registered engine (default auto)")
     p.add_argument("--threads", type=int, help="torch CPU threads")

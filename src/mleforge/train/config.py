@@ -246,6 +246,7 @@ class TrainConfig:
     seed_stages: tuple[str, ...] = ("debug", "improve")
     executor: str = "auto"
     isolation: str | None = None  # None: $MLEFORGE_ISOLATION, else auto (bwrap or a clear error)
+    feedback: str = "public"  # the reward is the public score either way; none: prompts show no score
     exec_workers: int | None = None
     cache: bool = True
     run_timeout_s: float | None = 120.0
@@ -317,6 +318,7 @@ class TrainConfig:
         for stage in self.seed_stages:
             _choice("seed_stages", stage, STAGES)
         _choice("executor", self.executor, EXECUTORS)
+        _choice("feedback", self.feedback, ("public", "none"))
         if self.isolation is not None:
             _choice("isolation", self.isolation, ("auto", "bwrap", "none"))
         _integer("exec_workers", self.exec_workers, 1, optional=True)

@@ -91,7 +91,7 @@ class FeedbackCallback(TrainerCallback):
             self.buffer, step, [r.state for r in scored], [r.completion for r in scored],
             [r.outcome.result for r in scored], [r.outcome.reward for r in scored],  # type: ignore[union-attr]
             rollout_ids=[r.rollout_id for r in scored], errors=[r.outcome.node.error for r in scored],  # type: ignore[union-attr]
-            offer_states=self.grow,
+            offer_states=self.grow, feedback=self.reward.feedback,
         )
         lines = [rollout_line(r) for r in rollouts]
         atomic_write(self.run_dir / ROLLOUTS_DIR / f"step-{step}.jsonl",

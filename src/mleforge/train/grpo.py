@@ -496,6 +496,7 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: Any, executor: An
     feed = CurriculumFeed(buffer, sampler, tasks, renderer or make_renderer(config.prompt), config.groups_per_step)
     rank = PartialState().process_index
     reward = ExecutingReward(tasks, executor, feed.states, reward=config.reward, timeout_s=config.run_timeout_s,
+                             feedback=config.feedback,
                              max_workers=_workers(config, plan.tasks), rank=rank)
     steps_per_generation = config.sequences_per_step // (config.micro_batch * plan.world_size)
     args = trl.GRPOConfig(

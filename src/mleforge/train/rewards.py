@@ -82,13 +82,15 @@ class ExecutingReward:
         timeout_s: float | None = None,
         max_workers: int = 1,
         rank: int = 0,
+        feedback: str = "public",
     ):
         self.tasks = dict(tasks)
         self.executor = executor
         self.states = states
-        self.contexts = {tid: RewardContext(task, reward or RewardConfig()) for tid, task in self.tasks.items()}
+        self.contexts = {tid: RewardContext(task, reward or RewardConfig(), feedback=feedback) for tid, task in self.tasks.items()}
         self.limits = {tid: RunLimits.of(None, task.spec.limits, timeout_s=timeout_s) for tid, task in self.tasks.items()}
         self.rank = rank
+        self.feedback = feedback  # public: states offered back show public scores; none: no score at all
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="mleforge-reward")
         self._lock = threading.Lock()
         self._pending: dict[int, list[Rollout]] = {}
