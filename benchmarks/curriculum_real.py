@@ -296,7 +296,7 @@ def run_benchmark(args: argparse.Namespace, *, registry: Any = None, progress: b
             result = train_one(config, folder, registry, progress)
             gc.collect()  # the trained model's memory, before the evaluation loads the result
             after = grpo.stepwise_evaluation(plan, work, f"hf:{result.final_model}", f"after-{label}", registry,
-                                             executor, progress)
+                                             executor)  # its states' journals were made for the start
             wall = time.perf_counter() - run_started
             if wall > 5.0:  # a run read back from disk says nothing of how long the next one takes
                 walls.append(wall)
