@@ -49,10 +49,12 @@ def test_prompts_collapse_before_trimming_so_the_tail_survives(prepared_registry
     journal = Journal("titanic", "higher").add(Node("a", "draft", "p", SCRIPT, execution=run(1, "", stderr, False),
                                                     error="the script exited with code 1"))
     state = State.debug(journal, "a")
-    for config in (PromptConfig(), PromptConfig.compact()):
-        text = text_of(render_prompt(state, titanic, config))
-        assert SOURCE + " (these 2 lines repeated 48 times)" in text
-        assert "KeyError: 'Age'" in text and "characters omitted" not in text
+    full = text_of(render_prompt(state, titanic, PromptConfig()))
+    assert full.count(SOURCE + " (these 2 lines repeated 48 times)") == 2 and full.count("Pandas4Warning") == 2
+    assert "KeyError: 'Age'" in full and "characters omitted" not in full
+    compact = text_of(render_prompt(state, titanic, PromptConfig.compact()))  # 150 + 350 characters
+    assert compact.endswith(SOURCE + " (these 2 lines repeated 48 times)\nKeyError: 'Age'\n```\n\n"
+                            "Explain the bug in your plan, then fix it.")
     # Trimmed without collapsing, the compact budget (250 + 500 characters) is spent on warnings.
     trimmed = trim_head_tail(stderr, 250, 500)
     assert "characters omitted" in trimmed and trimmed.count("Pandas4Warning") == 3
