@@ -523,7 +523,7 @@ def _compact_system(stage: str, task: Task, config: PromptConfig) -> str:
     return "\n\n".join([_COMPACT_ROLES[stage], _compact_instructions(task, config), _compact_format(stage, config)])
 
 
-def _trace_lines(node: Node) -> frozenset[int]:
+def trace_lines(node: Node) -> frozenset[int]:
     """0-based lines of the script named by its traceback."""
     stderr = node.execution.stderr if node.execution is not None else ""
     return frozenset(int(m) - 1 for m in _TRACE_LINE_RE.findall(stderr))
@@ -610,7 +610,7 @@ def target_view(state: State, config: PromptConfig) -> ScriptView:
     node = state.target
     if node is None:
         raise ValueError(f"a {state.stage} state has no target script")
-    keep = _trace_lines(node) if state.stage == "debug" else frozenset()
+    keep = trace_lines(node) if state.stage == "debug" else frozenset()
     return script_view(node.code, config.code_chars, keep, hide_bookkeeping=config.hide_bookkeeping)
 
 

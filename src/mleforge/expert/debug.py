@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from mleforge.agent.node import Node
+from mleforge.agent.prompts import trace_lines
 from mleforge.agent.state import State
 from mleforge.expert.catalog import boosting_cap
 from mleforge.expert.choice import Choice, choice_rng, sample_spec, seeded_order, tried_approaches
@@ -106,11 +107,12 @@ def _safer_variants(spec: ScriptSpec, profile: TaskProfile, error: str) -> list[
 
 
 def debug_choices(state: State, profile: TaskProfile, n: int, seed: int | None,
-                  budget: int = 0) -> list[Choice]:
+                  budget: int = 0, view_chars: int = 0) -> list[Choice]:
     """n distinct fixes of the state's failed target. `budget` > 0: short actions whose edit
-    fits `budget` characters (expert/short.py), where the target is the expert's own."""
+    fits `budget` characters (expert/short.py), where the target is the expert's own, and edits
+    only lines a compact view of `view_chars` shows (0: any line)."""
     if budget > 0:
-        short = _short_choices(state, profile, n, seed, budget)
+        short = _short_choices(state, profile, n, seed, budget, view_chars)
         if short:
             return short
     target = state.target
@@ -136,7 +138,8 @@ def debug_choices(state: State, profile: TaskProfile, n: int, seed: int | None,
             for s in chosen]
 
 
-def _short_choices(state: State, profile: TaskProfile, n: int, seed: int | None, budget: int) -> list[Choice]:
+def _short_choices(state: State, profile: TaskProfile, n: int, seed: int | None, budget: int,
+                   view_chars: int) -> list[Choice]:
     """Fixes whose short edit fits `budget`: first the approach's own script where the target
     no longer matches it (an edit broke it: restoring those lines is the minimal fix), then
     the safer variants, with the script's own seed. [] when the header names no approach or
@@ -146,11 +149,12 @@ def _short_choices(state: State, profile: TaskProfile, n: int, seed: int | None,
     if own is None:
         return []
     error = short_error(last_error_line(target))
+    keep = trace_lines(target)  # the debug prompt shows them whatever its budget
     candidates: list[tuple[ScriptSpec, int, float]] = []
     plans: dict[tuple, str] = {}
     if own_spec(target.code, profile) is None:  # the code is not the header's approach any more
         plan = f"It fails with `{error}`: the edit broke it. Fix those lines; keep the approach."
-        if fits("debug", plan, own, profile, target.code, budget):
+        if fits("debug", plan, own, profile, target.code, budget, view_chars, keep):
             candidates.append((own, 0, 1.0))
             plans[own.approach()] = plan
     tried = tried_approaches(state.journal)
@@ -159,7 +163,8 @@ def _short_choices(state: State, profile: TaskProfile, n: int, seed: int | None,
     for variant, tier, why in variants:
         variant = replace(variant, seed=own.seed)
         plan = f"It fails with `{error}`. Fix: {why}."
-        if variant.approach() not in plans and fits("debug", plan, variant, profile, target.code, budget):
+        if variant.approach() not in plans and fits("debug", plan, variant, profile, target.code, budget,
+                                                           view_chars, keep):
             candidates.append((variant, tier + 1, 1.0))
             plans[variant.approach()] = plan
     if not candidates:

@@ -40,11 +40,12 @@ def _improvement_reason(old: ScriptSpec | None, new: ScriptSpec, profile: TaskPr
 
 
 def improve_choices(state: State, profile: TaskProfile, n: int, seed: int | None,
-                    budget: int = 0) -> list[Choice]:
+                    budget: int = 0, view_chars: int = 0) -> list[Choice]:
     """n distinct improvements of the state's target. `budget` > 0: short actions whose edit
-    fits `budget` characters (expert/short.py), where the target is the expert's own."""
+    fits `budget` characters (expert/short.py), where the target is the expert's own, and edits
+    only lines a compact view of `view_chars` shows (0: any line)."""
     if budget > 0:
-        short = _short_choices(state, profile, n, seed, budget)
+        short = _short_choices(state, profile, n, seed, budget, view_chars)
         if short:
             return short
     target = state.target
@@ -73,7 +74,8 @@ def improve_choices(state: State, profile: TaskProfile, n: int, seed: int | None
             for s in (sample_spec(ordered, j, seed, state) for j in range(n))]
 
 
-def _short_choices(state: State, profile: TaskProfile, n: int, seed: int | None, budget: int) -> list[Choice]:
+def _short_choices(state: State, profile: TaskProfile, n: int, seed: int | None, budget: int,
+                   view_chars: int) -> list[Choice]:
     """Small changes of the current approach whose short edit fits `budget`: the same family's
     other settings, a feature option, or another family when even its edit fits. Weighted as
     the long answers are (stronger first, the same family twice as likely); [] when the target
@@ -89,7 +91,7 @@ def _short_choices(state: State, profile: TaskProfile, n: int, seed: int | None,
         if spec.approach() in tried:
             continue
         plan = _short_plan(current, spec, profile)
-        if fits("improve", plan, spec, profile, target.code, budget):
+        if fits("improve", plan, spec, profile, target.code, budget, view_chars):
             gain = strength(spec, profile) - base
             weight = math.exp(0.8 * gain) * (2.0 if spec.family == current.family else 1.0)
             candidates.append((spec, 0, weight))

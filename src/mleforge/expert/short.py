@@ -31,7 +31,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mleforge.agent.actions import keep_base_bookkeeping, write_action
+from mleforge.agent.actions import edit_blocks, keep_base_bookkeeping, write_action
+from mleforge.agent.prompts import script_view
 from mleforge.expert.catalog import SCRIPT_BUDGET_S, catalog, script_seconds
 from mleforge.expert.description import describe
 from mleforge.expert.profile import TaskProfile
@@ -68,14 +69,24 @@ def completion_chars_of(stage: str, plan: str, code: str, base_code: str) -> int
         return None
 
 
-def fits(stage: str, plan: str, spec: ScriptSpec, profile: TaskProfile, base_code: str, budget: int) -> bool:
-    """Whether `spec`'s script, as a short edit of `base_code` with `plan`, is within `budget`."""
+def fits(stage: str, plan: str, spec: ScriptSpec, profile: TaskProfile, base_code: str, budget: int,
+         view_chars: int = 0, keep: frozenset[int] = frozenset()) -> bool:
+    """Whether `spec`'s script, as a short edit of `base_code` with `plan`, is within `budget`
+    and (`view_chars` > 0) edits only lines that the compact prompt's view of `base_code` shows
+    (`script_view` at that budget, never hiding `keep`: a debug prompt shows the lines its
+    traceback names): collect leaves out an edit of a line the prompt hides."""
     try:
         code = expert_script(spec, profile)
     except (ScriptSpecError, ValueError, KeyError):
         return False
     chars = completion_chars_of(stage, plan, code, base_code)
-    return chars is not None and chars <= budget
+    if chars is None or chars > budget:
+        return False
+    if view_chars <= 0:
+        return True
+    hidden = script_view(base_code, view_chars, keep, hide_bookkeeping=True).hidden
+    edits = edit_blocks(base_code, keep_base_bookkeeping(base_code, code))
+    return not any(line in hidden for block in edits for line in block.base_lines)
 
 
 def _roles_kept(spec: ScriptSpec, profile: TaskProfile) -> bool:

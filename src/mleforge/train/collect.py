@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from mleforge.agent.actions import edit_blocks, write_action
+from mleforge.agent.actions import edit_blocks, keep_base_bookkeeping, write_action
 from mleforge.agent.fields import RecordError
 from mleforge.agent.journal import Journal
 from mleforge.agent.prompts import PROFILES, PromptConfig, render_prompt, target_view
@@ -347,7 +347,9 @@ def episode_samples(run_dir: Path, task: Task, prompt_config: PromptConfig, *, t
         visible = True
         if base is not None:
             hidden = target_view(state, prompt_config).hidden
-            visible = not any(line in hidden for b in edit_blocks(base, node.code) for line in b.base_lines)
+            # The edits the completion holds: with bookkeeping kept, the base's header stays.
+            edited = keep_base_bookkeeping(base, node.code) if prompt_config.hide_bookkeeping else node.code
+            visible = not any(line in hidden for b in edit_blocks(base, edited) for line in b.base_lines)
         if not visible and not keep_hidden_edits:
             dropped["hidden_edits"] += 1
             continue
@@ -462,7 +464,8 @@ class Collector:
 
             options: dict[str, Any] = {}
             if self.config.teacher == "template":
-                options = {"registry": self.registry, "completion_chars": self.config.completion_budget}
+                options = {"registry": self.registry, "completion_chars": self.config.completion_budget,
+                           "view_chars": self.config.prompt_config.code_chars}
             policy, owned = make_policy(self.config.teacher, **options), True
         if self.config.teacher.partition(":")[0] not in THREAD_SAFE_PREFIXES:
             policy = SerializedPolicy(policy)
