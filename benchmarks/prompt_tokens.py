@@ -95,6 +95,16 @@ def debug_states(registry: TaskRegistry, journals: list[Path]) -> list[State]:
     return out
 
 
+def _edited(base: str, code: str, config: PromptConfig) -> str:
+    """The script the sample's edits give: a compact profile that hides the bookkeeping header
+    keeps the base's (agent.actions.keep_base_bookkeeping; absent before it existed)."""
+    if not getattr(config, "hide_bookkeeping", False):
+        return code
+    from mleforge.agent.actions import keep_base_bookkeeping
+
+    return keep_base_bookkeeping(base, code)
+
+
 def summarize(values: list[int]) -> dict[str, Any]:
     ordered = sorted(values)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
@@ -156,7 +166,8 @@ def main() -> int:
                 totals[state.stage].append(count(tok, render_prompt(state, registry.get(state.task_id), config))["total"])
         edits = [(s, n) for s, n in pairs if s.stage != "draft" and n.execution is not None]
         visible = sum(not any(line in target_view(s, config).hidden
-                              for b in edit_blocks(s.target.code, n.code) for line in b.base_lines)
+                              for b in edit_blocks(s.target.code, _edited(s.target.code, n.code, config))
+                              for line in b.base_lines)
                       for s, n in edits)
         sweep.append({"code_chars": chars, "debug_mean": round(statistics.fmean(totals["debug"]), 1)
                       if totals["debug"] else None,
