@@ -2,6 +2,7 @@
 
     python benchmarks/prompt_tokens.py --out prompt_tokens.json
     python benchmarks/prompt_tokens.py --journals runs/collect --code-chars 2400,3200,4000,0
+    python benchmarks/prompt_tokens.py --journals runs/a,runs/b --tasks lite   # several folders
 
 The states come from template-expert journals of the lite tasks: `--journals DIR` (what
 `mleforge collect` or `mleforge eval` wrote), else `mleforge collect` makes them in
@@ -94,15 +95,28 @@ def debug_states(registry: TaskRegistry, journals: list[Path]) -> list[State]:
     return out
 
 
+def _edited(base: str, code: str, config: PromptConfig) -> str:
+    """The script the sample's edits give: a compact profile that hides the bookkeeping header
+    keeps the base's (agent.actions.keep_base_bookkeeping; absent before it existed)."""
+    if not getattr(config, "hide_bookkeeping", False):
+        return code
+    from mleforge.agent.actions import keep_base_bookkeeping
+
+    return keep_base_bookkeeping(base, code)
+
+
 def summarize(values: list[int]) -> dict[str, Any]:
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
     return {"n": len(values), "mean": round(statistics.fmean(values), 1), "median": statistics.median(values),
-            "min": min(values), "max": max(values)}
+            "min": min(values), "p95": p95, "max": max(values)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default="lite")
-    parser.add_argument("--journals", help="a folder of journals (collect or eval output); default: made in --work")
+    parser.add_argument("--journals", help="folders of journals (collect or eval output), separated by commas; "
+                                           "default: made in --work")
     parser.add_argument("--work", default="runs/bench/prompt_tokens", help="where the expert journals are made")
     parser.add_argument("--steps", type=int, default=6, help="steps of each expert episode made here")
     parser.add_argument("--code-chars", default="2400,3200,4000,4800,0",
@@ -113,14 +127,15 @@ def main() -> int:
     start = time.perf_counter()
     registry = TaskRegistry()
     if args.journals:
-        root = Path(args.journals)
+        roots = [Path(r) for r in args.journals.split(",")]
     else:
         config = CollectConfig(tasks=args.tasks, episodes=1, steps=args.steps, embedder="tfidf")
-        root = Path(collect_samples(config, args.work, registry=registry, progress=True, console=console).journals_dir)
+        roots = [Path(collect_samples(config, args.work, registry=registry, progress=True,
+                                      console=console).journals_dir)]
     task_ids = {t.id for t in registry.select(args.tasks)}
-    journals = [p for p in sorted(root.rglob("journal.json")) if Journal.load(p).task_id in task_ids]
+    journals = [p for root in roots for p in sorted(root.rglob("journal.json")) if Journal.load(p).task_id in task_ids]
     if not journals:
-        console.print(f"no journals of {args.tasks} under {root}")
+        console.print(f"no journals of {args.tasks} under {', '.join(map(str, roots))}")
         return 1
     for task_id in task_ids:
         prepare(registry.get(task_id))
@@ -151,7 +166,8 @@ def main() -> int:
                 totals[state.stage].append(count(tok, render_prompt(state, registry.get(state.task_id), config))["total"])
         edits = [(s, n) for s, n in pairs if s.stage != "draft" and n.execution is not None]
         visible = sum(not any(line in target_view(s, config).hidden
-                              for b in edit_blocks(s.target.code, n.code) for line in b.base_lines)
+                              for b in edit_blocks(s.target.code, _edited(s.target.code, n.code, config))
+                              for line in b.base_lines)
                       for s, n in edits)
         sweep.append({"code_chars": chars, "debug_mean": round(statistics.fmean(totals["debug"]), 1)
                       if totals["debug"] else None,
@@ -166,10 +182,10 @@ def main() -> int:
     Path(args.out).write_text(json.dumps(result, indent=2))
 
     out = Table(title=f"prompt tokens ({MODEL} tokenizer, chat template applied), {len(states)} states")
-    for column in ("profile/stage", "n", "mean", "median", "min", "max"):
+    for column in ("profile/stage", "n", "mean", "min", "median", "p95", "max"):
         out.add_column(column)
     for key, s in table.items():
-        out.add_row(key, *(str(s[k]) for k in ("n", "mean", "median", "min", "max")))
+        out.add_row(key, *(str(s[k]) for k in ("n", "mean", "min", "median", "p95", "max")))
     Console().print(out)
     out = Table(title="compact profile: script budget against tokens and the expert's edits it shows")
     for column in ("code_chars", "debug mean", "improve mean", "expert edits visible"):

@@ -14,7 +14,8 @@ from mleforge.agent.state import State
 from mleforge.errors import ConfigError
 
 SCRIPT = 'import pandas as pd\ntrain = pd.read_csv("./input/train.csv")\nprint(train["Age"].mean())\n'
-LONG_STDERR = "HEAD-OF-ERR\n" + "noise line\n" * 2000 + "KeyError: 'Age'\n"
+# Lines that differ (a repeated line is collapsed before the output is trimmed).
+LONG_STDERR = "HEAD-OF-ERR\n" + "".join(f"noise line {i}\n" for i in range(2000)) + "KeyError: 'Age'\n"
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,8 @@ from mleforge.train.collect import CollectConfig, collect_samples, load_journals
 from tests.agent.scripted import COPY_SAMPLE, CRASH, ScriptedPolicy
 
 KEYS = {"prompt", "completion", "task_id", "stage", "state_id", "teacher", "ideas", "outcome", "valid", "score",
-        "reward", "improved", "episode", "step", "node_id", "completion_format", "edits_visible", "prompt_profile"}
+        "reward", "improved", "episode", "step", "node_id", "completion_format", "edits_visible", "prompt_profile",
+        "completion_chars"}
 
 
 def read_samples(path) -> list[dict]:

@@ -467,11 +467,42 @@ def format_edits(blocks: list[EditBlock]) -> str:
     )
 
 
-def write_action(stage: str, plan: str, code: str, base_code: str | None = None) -> str:
+# Comment lines at the top of a script that its author keeps for itself: the template
+# expert's `# template-spec: {json}` (the approach it took, read back on its next step) and
+# `# Idea: ...`. The compact prompt does not show them and a short edit does not rewrite them
+# (`write_action(keep_bookkeeping=True)`): together they are ~90 tokens of JSON and prose
+# that a small model's completion budget cannot spare and that say nothing about the task.
+BOOKKEEPING_PREFIXES = ("# template-spec: ", "# Idea: ")
+
+
+def bookkeeping_lines(code: str) -> int:
+    """How many of the script's first lines are bookkeeping comments (BOOKKEEPING_PREFIXES)."""
+    n = 0
+    lines = _normalize_newlines(code).split("\n")
+    while n < len(lines) - 1 and lines[n].startswith(BOOKKEEPING_PREFIXES):
+        n += 1
+    return n
+
+
+def keep_base_bookkeeping(base_code: str, code: str) -> str:
+    """`code` with its bookkeeping lines replaced by `base_code`'s: the script a short edit
+    from `base_code` to `code` gives (its author updates its own header outside the edit)."""
+    base = _normalize_newlines(base_code).split("\n")
+    new = _normalize_newlines(code).split("\n")
+    return "\n".join([*base[:bookkeeping_lines(base_code)], *new[bookkeeping_lines(code):]])
+
+
+def write_action(stage: str, plan: str, code: str, base_code: str | None = None, *,
+                 keep_bookkeeping: bool = False) -> str:
     """A completion that `parse_completion` reads back as exactly (`plan`, `code`): for a
     draft, the plan and the script in one fence; for debug and improve, the plan and the
     edits from `base_code` to `code`. ValueError when no such text exists (the plan holds
-    a fence or edit marker, the code equals the base, an edit marker is a line of code)."""
+    a fence or edit marker, the code equals the base, an edit marker is a line of code).
+
+    `keep_bookkeeping` (debug and improve): the edits leave `base_code`'s bookkeeping lines as
+    they are, so the completion reads back as `keep_base_bookkeeping(base_code, code)`."""
+    if keep_bookkeeping and stage != "draft" and base_code is not None:
+        code = keep_base_bookkeeping(base_code, code)
     if stage == "draft" or base_code is None:
         longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
         ticks = "`" * max(3, longest + 1)

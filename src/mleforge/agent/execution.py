@@ -6,6 +6,7 @@ Like every agent record it is a frozen dataclass with `to_dict`/`from_dict`, and
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,64 @@ def trim_head_tail(text: str, head: int, tail: int) -> str:
     omitted = len(text) - head - tail
     end = text[len(text) - tail:] if tail else ""
     return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{end}"
+
+
+# A Python warning as `warnings` prints it: "path:line: SomeWarning: message", then the source
+# line it points at, indented.
+_WARNING_RE = re.compile(r"^\S.*:\d+: \w*Warning: ")
+
+
+def _units(lines: list[str]) -> list[tuple[str, ...]]:
+    """The output's lines grouped: a warning and its indented source line are one unit."""
+    units: list[tuple[str, ...]] = []
+    i = 0
+    while i < len(lines):
+        if _WARNING_RE.match(lines[i]) and i + 1 < len(lines) and lines[i + 1].startswith((" ", "\t")):
+            units.append((lines[i], lines[i + 1]))
+            i += 2
+        else:
+            units.append((lines[i],))
+            i += 1
+    return units
+
+
+def _shown_once(unit: tuple[str, ...], times: int) -> list[str]:
+    if times == 1:
+        return list(unit)
+    if len(unit) == 1:
+        return [f"{unit[0]} (repeated {times} times)"]
+    return [*unit[:-1], f"{unit[-1]} (these {len(unit)} lines repeated {times} times)"]
+
+
+def collapse_repeats(text: str) -> str:
+    """`text` with its repetition shown once: a line repeated in a row, and every Python warning
+    (its message and source line) wherever it recurs, appear once with "(repeated N times)".
+    A library warning printed once per call can fill a whole output budget and push the
+    traceback and the final score out of view; repeating it says nothing more."""
+    lines = text.split("\n")
+    units = _units(lines)
+    counts: dict[tuple[str, ...], int] = {}
+    for unit in units:
+        if len(unit) == 2:
+            counts[unit] = counts.get(unit, 0) + 1
+    out: list[str] = []
+    seen: set[tuple[str, ...]] = set()
+    i = 0
+    while i < len(units):
+        unit = units[i]
+        if len(unit) == 2:  # a warning: shown at its first occurrence, with the count of all
+            if unit not in seen:
+                seen.add(unit)
+                out += _shown_once(unit, counts[unit])
+            i += 1
+            continue
+        run = 1
+        while i + run < len(units) and units[i + run] == unit:
+            run += 1
+        # A run of blank lines stays a blank line: "(repeated N times)" would be noise.
+        out += [unit[0]] if not unit[0].strip() else _shown_once(unit, run)
+        i += run
+    return "\n".join(out)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from mleforge.agent.execution import ExecutionSummary, trim_head_tail
+from mleforge.agent.actions import bookkeeping_lines
+from mleforge.agent.execution import ExecutionSummary, collapse_repeats, trim_head_tail
 from mleforge.agent.journal import Journal
 from mleforge.agent.node import Node
 from mleforge.agent.state import State
@@ -42,9 +43,10 @@ SUBMISSION_PATH = "./submission/submission.csv"
 WORKING_DIR = "./working/"
 OVERVIEW_FILES = ("train.csv", "test.csv", "sample_submission.csv")
 PROFILES = ("full", "compact")
-# The compact profile's script budget (~1,000 Qwen2.5-Coder tokens): on the template expert's lite-task
-# journals benchmarks/prompt_tokens.py measured 79% of its edits on shown lines (3,200 chars: 28%).
-COMPACT_CODE_CHARS = 4000
+# The compact profile's script budget (~750 Qwen2.5-Coder tokens). With model-building bodies elided
+# last, 123 of 128 of the template expert's short edits (expert/short.py) on the lite tasks' journals
+# stay on shown lines at 2,800 chars as at 4,000 (at 2,400: 13); benchmarks/prompt_tokens.py.
+COMPACT_CODE_CHARS = 2800
 
 Messages = list[dict[str, str]]
 
@@ -73,6 +75,9 @@ class PromptConfig:
     profile: str = "full"  # "full" | "compact" (see the module doc; `PromptConfig.compact()` is its preset)
     code_chars: int = 0  # the target script shown is cut to about this (script_view); 0: whole
     format_chars: int = 500  # compact: the description's submission-format section, cut to this
+    # Leave the script's bookkeeping comments (the template expert's `# template-spec:` header)
+    # out of the target script shown: short edits do not touch them (agent.actions).
+    hide_bookkeeping: bool = False
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -98,9 +103,9 @@ class PromptConfig:
         """The compact profile with its budgets (measured with Qwen2.5-Coder's tokenizer on the
         lite tasks by benchmarks/prompt_tokens.py); `overrides` change any field."""
         preset: dict[str, object] = {
-            "profile": "compact", "memory_nodes": 0, "output_head_chars": 250, "output_tail_chars": 500,
-            "overview_columns": 8, "overview_values": 2, "overview_value_chars": 24, "memory_plan_chars": 200,
-            "code_chars": COMPACT_CODE_CHARS,
+            "profile": "compact", "memory_nodes": 0, "output_head_chars": 150, "output_tail_chars": 350,
+            "overview_columns": 6, "overview_values": 2, "overview_value_chars": 24, "memory_plan_chars": 200,
+            "code_chars": COMPACT_CODE_CHARS, "hide_bookkeeping": True,
         }
         return cls(**{**preset, **overrides})  # type: ignore[arg-type]
 
@@ -357,7 +362,7 @@ def _execution(ex: ExecutionSummary, node: Node, config: PromptConfig, task: Tas
     if node.error:
         lines.append(f"Why it did not produce a valid submission: {node.error}")
     for name, text in (("stdout", ex.stdout), ("stderr", ex.stderr)):
-        shown = trim_head_tail(text, config.output_head_chars, config.output_tail_chars)
+        shown = trim_head_tail(collapse_repeats(text), config.output_head_chars, config.output_tail_chars)
         lines += [f"{name}:", _fence(shown) if shown.strip() else "(empty)"]
     return "\n".join(lines)
 
@@ -407,10 +412,12 @@ _FORMAT_HEADING_RE = re.compile(r"^#{1,6}\s*submission\b.*$", re.IGNORECASE | re
 _HEADING_RE = re.compile(r"^#{1,6}\s", re.MULTILINE)
 _FENCED_RE = re.compile(r"^(`{3,}|~{3,}).*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
 _TRACE_LINE_RE = re.compile(r'File "[^"]*script\.py", line (\d+)')
-# Calls that build a model, its features or its validation: the bodies an edit most likely changes.
+# Calls that build a model or its features: the bodies an edit most likely changes (shown longest).
 _MODEL_RE = re.compile(
     r"\b\w*(?:Classifier|Regressor|Regression|Pipeline|Vectorizer|Encoder|Scaler|Imputer|Transformer|"
-    r"KFold|NB|SVC|SVR|PCA|Ridge|Lasso)\(|\btrain_test_split\(|\.fit\(")
+    r"NB|SVC|SVR|PCA|Ridge|Lasso)\(")
+# Validation and fitting: changed less often than the model (elided before it, after the rest).
+_FIT_RE = re.compile(r"\b\w*KFold\(|\btrain_test_split\(|\.fit\(")
 
 
 def _format_section(task: Task, config: PromptConfig) -> str:
@@ -516,7 +523,7 @@ def _compact_system(stage: str, task: Task, config: PromptConfig) -> str:
     return "\n\n".join([_COMPACT_ROLES[stage], _compact_instructions(task, config), _compact_format(stage, config)])
 
 
-def _trace_lines(node: Node) -> frozenset[int]:
+def trace_lines(node: Node) -> frozenset[int]:
     """0-based lines of the script named by its traceback."""
     stderr = node.execution.stderr if node.execution is not None else ""
     return frozenset(int(m) - 1 for m in _TRACE_LINE_RE.findall(stderr))
@@ -530,13 +537,21 @@ class ScriptView:
     hidden: frozenset[int]
 
 
-def script_view(code: str, budget: int, keep: frozenset[int] = frozenset()) -> ScriptView:
+def script_view(code: str, budget: int, keep: frozenset[int] = frozenset(), *,
+                hide_bookkeeping: bool = False) -> ScriptView:
     """`code` cut to about `budget` characters by eliding the bodies of top-level functions
     and classes (after their docstrings), each replaced by one `# [...]` line, until it fits:
-    first bodies that build no model, features or validation, then those that do, the
-    largest first; never a body holding a line of `keep` (the lines a traceback names).
+    first bodies that build no model, features or validation, then those that validate or
+    fit, then those that build the model or its features, the largest first; never a body holding a line of `keep` (the lines a traceback names).
     Module-level code is always shown; a script that does not parse is shown whole.
-    budget 0: the whole script."""
+    budget 0: the whole script. `hide_bookkeeping`: the script's leading bookkeeping comments
+    (`agent.actions.BOOKKEEPING_PREFIXES`) are left out, with no marker: the lines shown
+    stay one unbroken run from the first shown line, so a SEARCH copied from them matches."""
+    skip = bookkeeping_lines(code) if hide_bookkeeping else 0
+    if skip:
+        lines = code.split("\n")
+        view = script_view("\n".join(lines[skip:]), budget, frozenset(k - skip for k in keep if k >= skip))
+        return ScriptView(view.text, frozenset(range(skip)) | frozenset(i + skip for i in view.hidden))
     if budget <= 0 or len(code) <= budget:
         return ScriptView(code, frozenset())
     try:
@@ -560,7 +575,8 @@ def script_view(code: str, budget: int, keep: frozenset[int] = frozenset()) -> S
         if keep & set(range(first, last + 1)):
             continue
         chunk = "\n".join(lines[first:last + 1])
-        candidates.append((1 if _MODEL_RE.search(chunk) else 0, -len(chunk), first, last, node.name))
+        tier = 2 if _MODEL_RE.search(chunk) else 1 if _FIT_RE.search(chunk) else 0
+        candidates.append((tier, -len(chunk), first, last, node.name))
     hidden: set[int] = set()
     elided: dict[int, tuple[int, str]] = {}
     text = code
@@ -594,8 +610,8 @@ def target_view(state: State, config: PromptConfig) -> ScriptView:
     node = state.target
     if node is None:
         raise ValueError(f"a {state.stage} state has no target script")
-    keep = _trace_lines(node) if state.stage == "debug" else frozenset()
-    return script_view(node.code, config.code_chars, keep)
+    keep = trace_lines(node) if state.stage == "debug" else frozenset()
+    return script_view(node.code, config.code_chars, keep, hide_bookkeeping=config.hide_bookkeeping)
 
 
 def _compact_target(state: State, task: Task, config: PromptConfig, title: str) -> str:
@@ -612,7 +628,7 @@ def _compact_target(state: State, task: Task, config: PromptConfig, title: str) 
     if node.error:
         lines.append(f"Why it did not produce a valid submission: {node.error}")
     for name, stream in (("stdout", ex.stdout), ("stderr", ex.stderr)):
-        shown = trim_head_tail(stream, config.output_head_chars, config.output_tail_chars)
+        shown = trim_head_tail(collapse_repeats(stream), config.output_head_chars, config.output_tail_chars)
         if shown.strip():
             lines += [f"{name}:", _fence(shown)]
     return "\n".join(lines)

@@ -62,6 +62,7 @@ class Choice:
 
     spec: ScriptSpec
     opening: str  # what the plan says first: the idea followed, the error fixed, the improvement
+    short: bool = False  # the opening is the whole plan (a short action: expert/short.py)
 
 
 _OUTPUT_PHRASES = {
@@ -97,4 +98,6 @@ def _plan_body(spec: ScriptSpec, profile: TaskProfile) -> str:
 def completion_text(choice: Choice, profile: TaskProfile) -> str:
     """The plan in prose, then the script in one fenced Python block."""
     code = render_script(choice.spec, profile, describe(choice.spec, profile))
+    if choice.short:
+        return f"{choice.opening}\n\n```python\n{code}```\n"
     return f"{choice.opening}\n\nPlan:\n{_plan_body(choice.spec, profile)}\n\n```python\n{code}```\n"

@@ -9,11 +9,13 @@ from dataclasses import replace
 from typing import Any
 
 from mleforge.agent.node import Node
+from mleforge.agent.prompts import trace_lines
 from mleforge.agent.state import State
 from mleforge.expert.catalog import boosting_cap
 from mleforge.expert.choice import Choice, choice_rng, sample_spec, seeded_order, tried_approaches
 from mleforge.expert.description import describe
 from mleforge.expert.profile import TaskProfile
+from mleforge.expert.short import fits, own_spec, short_error
 from mleforge.expert.spec import ScriptSpec, make_spec, normalize, read_spec
 from mleforge.reference.solutions import WIDE_PCA
 
@@ -104,7 +106,15 @@ def _safer_variants(spec: ScriptSpec, profile: TaskProfile, error: str) -> list[
             if v.approach() != spec.approach() and _keeps_features(v, profile)]
 
 
-def debug_choices(state: State, profile: TaskProfile, n: int, seed: int | None) -> list[Choice]:
+def debug_choices(state: State, profile: TaskProfile, n: int, seed: int | None,
+                  budget: int = 0, view_chars: int = 0) -> list[Choice]:
+    """n distinct fixes of the state's failed target. `budget` > 0: short actions whose edit
+    fits `budget` characters (expert/short.py), where the target is the expert's own, and edits
+    only lines a compact view of `view_chars` shows (0: any line)."""
+    if budget > 0:
+        short = _short_choices(state, profile, n, seed, budget, view_chars)
+        if short:
+            return short
     target = state.target
     error = last_error_line(target)
     own = read_spec(target.code)
@@ -126,3 +136,38 @@ def debug_choices(state: State, profile: TaskProfile, n: int, seed: int | None) 
     return [Choice(s, f"The previous attempt ({describe(own, profile)}) failed with `{error}`.\n"
                       f"Fix: {why_of[replace(s, seed=0)]}. New approach: {describe(s, profile)}.")
             for s in chosen]
+
+
+def _short_choices(state: State, profile: TaskProfile, n: int, seed: int | None, budget: int,
+                   view_chars: int) -> list[Choice]:
+    """Fixes whose short edit fits `budget`: first the approach's own script where the target
+    no longer matches it (an edit broke it: restoring those lines is the minimal fix), then
+    the safer variants, with the script's own seed. [] when the header names no approach or
+    nothing fits."""
+    target = state.target
+    own = read_spec(target.code)
+    if own is None:
+        return []
+    error = short_error(last_error_line(target))
+    keep = trace_lines(target)  # the debug prompt shows them whatever its budget
+    candidates: list[tuple[ScriptSpec, int, float]] = []
+    plans: dict[tuple, str] = {}
+    if own_spec(target.code, profile) is None:  # the code is not the header's approach any more
+        plan = f"It fails with `{error}`: the edit broke it. Fix those lines; keep the approach."
+        if fits("debug", plan, own, profile, target.code, budget, view_chars, keep):
+            candidates.append((own, 0, 1.0))
+            plans[own.approach()] = plan
+    tried = tried_approaches(state.journal)
+    every = _safer_variants(own, profile, f"{error} {target.error or ''}")
+    variants = [(v, tier, why) for v, tier, why in every if v.approach() not in tried] or every
+    for variant, tier, why in variants:
+        variant = replace(variant, seed=own.seed)
+        plan = f"It fails with `{error}`. Fix: {why}."
+        if variant.approach() not in plans and fits("debug", plan, variant, profile, target.code, budget,
+                                                           view_chars, keep):
+            candidates.append((variant, tier + 1, 1.0))
+            plans[variant.approach()] = plan
+    if not candidates:
+        return []
+    ordered = seeded_order(candidates, rng=choice_rng(seed, state, 0))
+    return [Choice(s, plans[s.approach()], short=True) for s in (ordered[j % len(ordered)] for j in range(n))]

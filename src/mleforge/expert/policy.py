@@ -61,9 +61,16 @@ class TemplatePolicy:
     registry of its own) finds each state's task; its public train.csv is read for roles."""
 
     def __init__(self, registry: TaskRegistry | None = None, *, data_dir: str | Path | None = None,
-                 sampling: SamplingConfig | None = None):
+                 sampling: SamplingConfig | None = None, completion_chars: int = 0, view_chars: int = 0):
+        if isinstance(completion_chars, bool) or not isinstance(completion_chars, int) or completion_chars < 0:
+            raise PolicyError(f"template policy: completion_chars must be an integer >= 0 (0: no budget); "
+                              f"got {completion_chars!r}")
         self.registry = registry if registry is not None else TaskRegistry(data_dir=data_dir)
         self.sampling = sampling or SamplingConfig()
+        # > 0: debug and improve answers are short actions within this many characters as edits
+        # (expert/short.py), for prompts with a completion budget; 0: the long answers.
+        self.completion_chars = completion_chars
+        self.view_chars = view_chars  # > 0: short edits only of lines a compact view this long shows
         self._meter = UsageMeter()
 
     @property
@@ -95,7 +102,11 @@ class TemplatePolicy:
     def texts(self, state: State, n: int, seed: int | None) -> list[str]:
         """The n completion texts for one state."""
         profile = self.profile(state.task_id)
-        return [completion_text(choice, profile) for choice in _STAGES[state.stage](state, profile, n, seed)]
+        if state.stage == "draft":
+            choices = draft_choices(state, profile, n, seed)
+        else:
+            choices = _STAGES[state.stage](state, profile, n, seed, self.completion_chars, self.view_chars)
+        return [completion_text(choice, profile) for choice in choices]
 
     def profile(self, task_id: str) -> TaskProfile:
         try:
@@ -120,11 +131,12 @@ def _as_state(state: Any) -> State:
 
 
 def _factory(name: str = "", **kwargs: Any) -> TemplatePolicy:
-    """`make_policy("template", registry=..., data_dir=..., sampling=...)`; the name is unused."""
-    unknown = sorted(set(kwargs) - {"registry", "data_dir", "sampling"})
+    """`make_policy("template", registry=..., data_dir=..., sampling=..., completion_chars=...)`;
+    the name is unused."""
+    unknown = sorted(set(kwargs) - {"registry", "data_dir", "sampling", "completion_chars", "view_chars"})
     if unknown:
         raise PolicyError(f"template policy: unknown option(s) {', '.join(unknown)}; "
-                          "known: data_dir, registry, sampling")
+                          "known: completion_chars, data_dir, registry, sampling, view_chars")
     return TemplatePolicy(**kwargs)
 
 

@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from mleforge.agent.actions import edit_blocks, write_action
+from mleforge.agent.actions import edit_blocks, keep_base_bookkeeping, write_action
 from mleforge.agent.fields import RecordError
 from mleforge.agent.journal import Journal
 from mleforge.agent.prompts import PROFILES, PromptConfig, render_prompt, target_view
@@ -82,6 +82,10 @@ MAX_EPISODES = 1000  # per task and seed: an episode's seed is seed * MAX_EPISOD
 # The settings that decide what an episode does: a folder made with other values is not resumed.
 EPISODE_FIELDS = ("teacher", "steps", "drafts", "debug_prob", "ideas_low", "ideas_high", "idea_pool",
                   "idea_source", "embedder", "max_new_tokens", "temperature", "run_timeout_s")
+# The compact profile's completion budget for debug and improve samples, in characters. The
+# CPU preset generates at most a few hundred tokens; edit blocks of code take about 3 characters
+# a Qwen2.5-Coder token (benchmarks/collect_tokens.py measures the samples with its tokenizer).
+COMPACT_COMPLETION_CHARS = 720
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,10 @@ class CollectConfig:
     The grid is tasks x seeds (first_seed ...) x episodes; `workers` episodes run at once
     (None: half the CPUs). `ideas_low`..`ideas_high` ideas of the task's `idea_pool` most
     diverse go into each episode's first prompt (ideas_high 0: none). `prompt_profile` renders the
-    samples' prompts; `code_chars` overrides that profile's script budget."""
+    samples' prompts; `code_chars` overrides that profile's script budget. `completion_chars`:
+    the budget of a debug or improve sample's completion (None: the profile's, compact
+    COMPACT_COMPLETION_CHARS, full none; 0: none): the template expert answers within it
+    (expert/short.py) and a sample over it is left out and counted, never cut."""
 
     tasks: str = "lite"
     teacher: str = "template"
@@ -113,6 +120,7 @@ class CollectConfig:
     isolation: str | None = None  # None: $MLEFORGE_ISOLATION, else auto (bwrap or a clear error)
     prompt_profile: str = "full"
     code_chars: int | None = None
+    completion_chars: int | None = None
     keep_failures: bool = False
     keep_hidden_edits: bool = False
 
@@ -142,6 +150,11 @@ class CollectConfig:
             raise ConfigError(f"collect.workers: got {self.workers!r}; expected >= 1 (None: half the CPUs)")
         if self.code_chars is not None and self.code_chars < 0:
             raise ConfigError(f"collect.code_chars: got {self.code_chars}; expected >= 0 (0: the whole script)")
+        if self.completion_chars is not None and (isinstance(self.completion_chars, bool)
+                                                  or not isinstance(self.completion_chars, int)
+                                                  or self.completion_chars < 0):
+            raise ConfigError(f"collect.completion_chars: got {self.completion_chars!r}; expected an integer >= 0 "
+                              "(0: no budget; unset: the prompt profile's)")
         self.episode_config(0)  # validates the episode settings now, not at the first episode
 
     def episode_config(self, seed: int) -> EpisodeConfig:
@@ -153,6 +166,13 @@ class CollectConfig:
     def prompt_config(self) -> PromptConfig:
         overrides = {} if self.code_chars is None else {"code_chars": self.code_chars}
         return PromptConfig.for_profile(self.prompt_profile, **overrides)
+
+    @property
+    def completion_budget(self) -> int:
+        """The debug and improve samples' completion budget in characters; 0: none."""
+        if self.completion_chars is not None:
+            return self.completion_chars
+        return COMPACT_COMPLETION_CHARS if self.prompt_profile == "compact" else 0
 
     @property
     def resolved_workers(self) -> int:
@@ -295,8 +315,10 @@ def _improved(state: State, score: float | None) -> bool | None:
 
 def episode_samples(run_dir: Path, task: Task, prompt_config: PromptConfig, *, teacher: str,
                     ideas: Sequence[str], keep_failures: bool = False, keep_hidden_edits: bool = False,
-                    ) -> tuple[list[dict[str, Any]], Counter]:
-    """The samples of one finished (or partly finished) episode, and what was left out and why."""
+                    completion_chars: int = 0) -> tuple[list[dict[str, Any]], Counter]:
+    """The samples of one finished (or partly finished) episode, and what was left out and why.
+    Where the prompt hides the script's bookkeeping lines, the edits leave them as they are;
+    `completion_chars` > 0: debug and improve samples over it are left out ("over_budget")."""
     journal = Journal.load(run_dir / "journal.json")
     log = _steps_log(run_dir)
     samples: list[dict[str, Any]] = []
@@ -314,14 +336,20 @@ def episode_samples(run_dir: Path, task: Task, prompt_config: PromptConfig, *, t
             continue
         base = state.target.code if state.target is not None else None
         try:
-            text = write_action(state.stage, node.plan, node.code, base)
+            text = write_action(state.stage, node.plan, node.code, base,
+                                keep_bookkeeping=prompt_config.hide_bookkeeping)
         except ValueError:
             dropped["unwritable"] += 1
+            continue
+        if completion_chars and base is not None and len(text) > completion_chars:
+            dropped["over_budget"] += 1  # never cut: a cut edit teaches a broken answer
             continue
         visible = True
         if base is not None:
             hidden = target_view(state, prompt_config).hidden
-            visible = not any(line in hidden for b in edit_blocks(base, node.code) for line in b.base_lines)
+            # The edits the completion holds: with bookkeeping kept, the base's header stays.
+            edited = keep_base_bookkeeping(base, node.code) if prompt_config.hide_bookkeeping else node.code
+            visible = not any(line in hidden for b in edit_blocks(base, edited) for line in b.base_lines)
         if not visible and not keep_hidden_edits:
             dropped["hidden_edits"] += 1
             continue
@@ -334,7 +362,7 @@ def episode_samples(run_dir: Path, task: Task, prompt_config: PromptConfig, *, t
             "reward": reward.get("total"), "improved": _improved(state, node.score),
             "episode": f"{run_dir.parent.name}/{run_dir.name}", "step": node.step, "node_id": node.id,
             "completion_format": "script" if base is None else "edits", "edits_visible": visible,
-            "prompt_profile": prompt_config.profile,
+            "prompt_profile": prompt_config.profile, "completion_chars": len(text),
         })
     return samples, dropped
 
@@ -418,6 +446,10 @@ class Collector:
         saved = json.loads(path.read_text(encoding="utf-8")).get("config", {})
         ours = self.config.to_dict()
         differ = [f"{k} {saved.get(k)!r} -> {ours[k]!r}" for k in EPISODE_FIELDS if saved.get(k) != ours[k]]
+        if self.config.teacher == "template":  # the expert answers within the budget: another episode
+            budget = CollectConfig.from_dict(saved).completion_budget if saved else 0
+            if budget != self.config.completion_budget:
+                differ.append(f"completion budget {budget} -> {self.config.completion_budget}")
         if differ:
             raise ConfigError(f"{self.out_dir} holds a collection made with other settings ({'; '.join(differ)}); "
                               "use another folder, or pass --fresh to start it again")
@@ -430,7 +462,10 @@ class Collector:
         else:
             from mleforge.policies import make_policy
 
-            options = {"registry": self.registry} if self.config.teacher == "template" else {}
+            options: dict[str, Any] = {}
+            if self.config.teacher == "template":
+                options = {"registry": self.registry, "completion_chars": self.config.completion_budget,
+                           "view_chars": self.config.prompt_config.code_chars}
             policy, owned = make_policy(self.config.teacher, **options), True
         if self.config.teacher.partition(":")[0] not in THREAD_SAFE_PREFIXES:
             policy = SerializedPolicy(policy)
@@ -542,7 +577,8 @@ class Collector:
             outcomes.update(n.outcome for n in journal.nodes)
             kept, left_out = episode_samples(run_dir, episode.task, prompt_config, teacher=self.config.teacher,
                                              ideas=episode.ideas, keep_failures=self.config.keep_failures,
-                                             keep_hidden_edits=self.config.keep_hidden_edits)
+                                             keep_hidden_edits=self.config.keep_hidden_edits,
+                                             completion_chars=self.config.completion_budget)
             dropped.update(left_out)
             for sample in kept:
                 key = hashlib.sha256(f"{sample['state_id']}\0{sample['completion'][0]['content']}"
@@ -568,7 +604,8 @@ class Collector:
         }
         summary = {"kind": "collect", "teacher": self.config.teacher, "tasks": [t.id for t in self.tasks],
                    "updated_at": datetime.now().isoformat(timespec="seconds"), "interrupted": interrupted,
-                   "prompt_profile": prompt_config.profile, "config": self.config.to_dict(), **counts}
+                   "prompt_profile": prompt_config.profile, "completion_chars": self.config.completion_budget,
+                   "config": self.config.to_dict(), **counts}
         _write_json(self.out_dir / SUMMARY_FILE, summary)
         return CollectResult(str(self.out_dir), str(samples_path), str(self.out_dir / JOURNALS_DIR),
                              tuple(t.id for t in self.tasks), self.config.teacher, counts,

@@ -1,0 +1,119 @@
+"""SFT samples in real tokens (Qwen2.5-Coder's tokenizer): prompt and completion, per stage.
+
+    python benchmarks/collect_tokens.py --out collect_tokens.json              # collects (compact) in --work
+    python benchmarks/collect_tokens.py --samples runs/collect/samples.jsonl   # measures what exists
+
+Without `--samples` it runs `mleforge collect` (the template expert, the compact prompt
+profile and its completion budget, or `--completion-chars`) in `--work` and times it; a
+second call resumes, so the time is of the first. Prompts are counted with the chat template
+applied (what a model prefills); completions as the assistant's text (a model generates one
+more token, its end-of-turn). The table gives, per stage, min / median / p95 / p99 / max and
+the share of samples within each of `--caps` tokens (a GRPO `max_new_tokens`), and what
+collect left out and why (an expert answer over the budget is counted there, never cut).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from mleforge.policies.bundled import prepare_bundled
+
+console = Console(stderr=True)
+MODEL = "qwen2.5-coder-0.5b"
+
+
+def stats(values: list[int]) -> dict[str, Any]:
+    a = np.asarray(values, dtype=float)
+    return {"n": len(values), "min": int(a.min()), "median": float(np.median(a)),
+            "p95": float(np.percentile(a, 95)), "p99": float(np.percentile(a, 99)), "max": int(a.max())}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", help="a samples.jsonl to measure (default: collect one in --work)")
+    parser.add_argument("--tasks", default="lite")
+    parser.add_argument("--episodes", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--completion-chars", type=int, default=None, help="the collect budget (default: compact's)")
+    parser.add_argument("--work", default="runs/bench/collect_tokens")
+    parser.add_argument("--caps", default="128,160,192,224,256", help="max_new_tokens values to report shares for")
+    parser.add_argument("--out", default="collect_tokens.json")
+    args = parser.parse_args()
+
+    counts: dict[str, Any] = {}
+    wall = None
+    if args.samples:
+        path = Path(args.samples)
+        summary = path.parent / "collect.json"
+        counts = json.loads(summary.read_text()) if summary.is_file() else {}
+    else:
+        from mleforge.train.collect import CollectConfig, collect_samples
+
+        config = CollectConfig(tasks=args.tasks, episodes=args.episodes, steps=args.steps, embedder="tfidf",
+                               prompt_profile="compact", completion_chars=args.completion_chars,
+                               workers=args.workers)
+        start = time.perf_counter()
+        result = collect_samples(config, args.work, progress=True, console=console)
+        wall = round(time.perf_counter() - start, 1)
+        path, counts = Path(result.samples_path), result.counts
+    samples = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not samples:
+        console.print(f"no samples in {path}")
+        return 1
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(prepare_bundled(MODEL)))
+    caps = [int(c) for c in args.caps.split(",")]
+    rows = []
+    for s in samples:
+        prompt = tok.apply_chat_template(s["prompt"], tokenize=False, add_generation_prompt=True)
+        text = s["completion"][0]["content"]
+        rows.append({"task_id": s["task_id"], "stage": s["stage"], "chars": len(text),
+                     "prompt_tokens": len(tok(prompt, add_special_tokens=False)["input_ids"]),
+                     "completion_tokens": len(tok(text, add_special_tokens=False)["input_ids"])})
+    by_stage: dict[str, Any] = {}
+    for stage in ("draft", "debug", "improve", "edits"):
+        chosen = [r for r in rows if r["stage"] == stage or (stage == "edits" and r["stage"] != "draft")]
+        if not chosen:
+            continue
+        completion = [r["completion_tokens"] for r in chosen]
+        by_stage[stage] = {
+            "prompt_tokens": stats([r["prompt_tokens"] for r in chosen]),
+            "completion_tokens": stats(completion),
+            "completion_chars": stats([r["chars"] for r in chosen]),
+            # +1: the end-of-turn token a model generates after the text.
+            "within_cap": {str(c): round(sum(t + 1 <= c for t in completion) / len(completion), 3) for c in caps},
+        }
+    result = {"model": MODEL, "samples_path": str(path), "samples": len(rows), "collect_wall_s": wall,
+              "completion_budget_chars": counts.get("completion_chars"), "left_out": counts.get("left_out"),
+              "samples_by_stage": counts.get("samples_by_stage"), "by_stage": by_stage, "rows": rows,
+              "python": sys.version.split()[0]}
+    Path(args.out).write_text(json.dumps(result, indent=2))
+
+    table = Table(title=f"{len(rows)} samples of {path} ({MODEL} tokens)")
+    for column in ("stage", "n", "prompt min/med/p95/max", "completion min/med/p95/p99/max",
+                   *(f"<= {c}" for c in caps)):
+        table.add_column(column)
+    for stage, s in by_stage.items():
+        p, c = s["prompt_tokens"], s["completion_tokens"]
+        table.add_row(stage, str(c["n"]), f"{p['min']}/{p['median']:g}/{p['p95']:g}/{p['max']}",
+                      f"{c['min']}/{c['median']:g}/{c['p95']:g}/{c['p99']:g}/{c['max']}",
+                      *(f"{s['within_cap'][str(cap)]:.0%}" for cap in caps))
+    Console().print(table)
+    console.print(f"left out: {counts.get('left_out')}; collect wall time: {wall} s; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
