@@ -147,6 +147,8 @@ class PoolExecutor(LocalExecutor):
         try:
             return super()._choose_isolation()
         except SandboxError as exc:
+            if os.geteuid() == 0 or not bw.bwrap_candidates():  # nothing the local one has more
+                raise
             raise SandboxError(
                 f"{exc}. The local executor (--executor local), which needs no user namespace "
                 "inside bwrap, may still isolate runs here"
