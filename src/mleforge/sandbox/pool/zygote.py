@@ -65,7 +65,7 @@ CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x10000000
 SANDBOX_UID = 65534  # bwrap.SANDBOX_UID: the one uid of a run's user namespace
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 24, 28, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 # noroot, no_setuid_fixup and no_cap_ambient_raise, and keep_caps off: each locked
@@ -353,6 +353,10 @@ def _init(request: dict, slots: dict, config: dict) -> None:
             os.setuid(uid)  # every capability goes with uid 0
             _clear_capability_sets()  # but the inheritable set: it goes now
         _prctl(PR_SET_NO_NEW_PRIVS, 1)  # bwrap set it for the zygote already: kept whatever happens
+        # Non-dumpable, as the supervisor: with the run's uid (and no uid change, as a user, to
+        # make it so) the script could otherwise ptrace us or write our /proc/1/mem, and end
+        # the run with the exit status of its choice.
+        _prctl(PR_SET_DUMPABLE, 0)
         # After a uid change, which clears it: the shim killed, the namespace goes with us.
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != shim:
