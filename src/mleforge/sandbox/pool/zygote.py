@@ -90,8 +90,8 @@ def _mount(source, target: str, fstype, flags: int, data=None) -> None:
     _check(_libc.mount(b(source), b(target), b(fstype), flags, b(data)), f"mount {target}")
 
 
-def _prctl(option: int, value: int, arg: int = 0) -> None:
-    _check(_libc.prctl(option, value, arg, 0, 0), f"prctl {option}")
+def _prctl(option: int, value: int) -> None:
+    _check(_libc.prctl(option, value, 0, 0, 0), f"prctl {option}")
 
 
 # -- the zygote ---------------------------------------------------------------------
