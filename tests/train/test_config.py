@@ -143,3 +143,30 @@ def test_recover_drops_what_the_resumed_steps_write_again(tmp_path):
     assert sorted(p.name for p in (tmp_path / "rollouts").iterdir()) == ["step-0.jsonl", "step-1.jsonl"]
     assert not (tmp_path / "checkpoints" / "checkpoint-3").exists() and buffer.counts()["rollouts"] == 2
     buffer.close()
+
+
+def test_train_auto_executor_is_the_pool_wherever_it_isolates(tmp_path, monkeypatch):
+    """executor auto: the warm pool when it isolates runs as asked (root or not: its probe is
+    a real run), else the local executor, never an unisolated pool in place of isolation."""
+    from mleforge.errors import SandboxError
+    from mleforge.sandbox.local import LocalExecutor
+    from mleforge.sandbox.pool.executor import PoolExecutor
+    from mleforge.train.grpo import auto_executor
+
+    monkeypatch.delenv("MLEFORGE_ISOLATION", raising=False)
+    with LocalExecutor("auto", base_dir=tmp_path / "probe") as probe:
+        try:
+            probe.resolve_isolation()
+        except SandboxError as exc:
+            pytest.skip(f"bwrap does not work here: {exc}")
+    with auto_executor({"base_dir": tmp_path / "a"}) as chosen:
+        assert type(chosen) is PoolExecutor and chosen.isolation == "bwrap"
+    with auto_executor({"base_dir": tmp_path / "b", "isolation": "none"}) as chosen:
+        assert type(chosen) is PoolExecutor and chosen.isolation == "none"
+
+    def cannot(self):
+        raise SandboxError("no user namespace inside bwrap here")
+
+    monkeypatch.setattr(PoolExecutor, "_choose_isolation", cannot)
+    with auto_executor({"base_dir": tmp_path / "c"}) as chosen:
+        assert type(chosen) is LocalExecutor and chosen.isolation == "bwrap"

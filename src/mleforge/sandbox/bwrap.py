@@ -29,8 +29,11 @@ Two ways to run it, picked by who we are:
   are disabled.
 
 The warm pool's zygote lives in a sandbox of its own (`zygote_args`): the same
-system view, the workspaces folder and the task's public data, and a few
-capabilities with which each run makes its own namespaces (see pool/executor.py).
+system view, the workspaces folder and the task's public data. As root it keeps
+a few capabilities with which each run makes its own namespaces; as anyone
+else it keeps none, and each run makes a user namespace of its own first (in
+which it holds the capabilities its namespaces need) and gives them all up
+before the script starts (see pool/executor.py).
 """
 
 from __future__ import annotations
@@ -222,6 +225,7 @@ ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_NET_ADMIN", "CA
 @dataclass(frozen=True)
 class ZygotePlan:
     bwrap: str
+    as_root: bool  # root: capabilities kept; else a user namespace and no capability
     session: Path  # the executor's workspaces, bound writable at ZYGOTE_ROOT/session
     kept: Path  # kept workspaces, bound writable at ZYGOTE_ROOT/kept
     public_dir: Path | None  # the task's public data, read-only at ZYGOTE_ROOT/input
@@ -231,13 +235,22 @@ class ZygotePlan:
 
 
 def zygote_args(plan: ZygotePlan) -> list[str]:
-    """The sandbox a warm pool's zygote lives in (as root only: its runs need uids of
-    their own). Each run then makes namespaces of its own inside it. No private data
-    is ever bound here: the zygote sees the system, the interpreter, the public data
-    and the workspaces."""
-    args = [plan.bwrap, *_NAMESPACES, "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
-    for cap in ZYGOTE_CAPS:
-        args += ["--cap-add", cap]
+    """The sandbox a warm pool's zygote lives in. Each run then makes namespaces of its
+    own inside it. No private data is ever bound here: the zygote sees the system, the
+    interpreter, the public data and the workspaces.
+
+    As root the zygote keeps ZYGOTE_CAPS (its runs get uids of their own). As anyone
+    else it runs as the sandbox user of a user namespace with no capability at all,
+    and without --disable-userns: each run's first step is a user namespace of its
+    own (so RLIMIT_NPROC counts per run, as with a bwrap per run), which then
+    forbids any further one before the script starts (pool/zygote.py)."""
+    args = [plan.bwrap, *_NAMESPACES, "--new-session", "--hostname", "sandbox"]
+    if plan.as_root:
+        args += ["--cap-drop", "ALL"]
+        for cap in ZYGOTE_CAPS:
+            args += ["--cap-add", cap]
+    else:
+        args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     args += system_args(plan.ro_binds, plan.passwd, plan.group)
     args += ["--tmpfs", "/dev/shm", "--dir", "/tmp", "--dir", SANDBOX_WORKSPACE]
     args += ["--bind", str(plan.session), f"{ZYGOTE_ROOT}/session", "--bind", str(plan.kept), f"{ZYGOTE_ROOT}/kept"]

@@ -37,7 +37,7 @@ rollout, what the uninterrupted run would have done.
 from __future__ import annotations
 
 import json
-import os
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -60,6 +60,8 @@ from mleforge.train.config import TrainConfig
 from mleforge.train.errors import TrainError
 from mleforge.train.feedback import METRICS_FILE, ROLLOUTS_DIR
 from mleforge.train.model import check_model, require_train_extra
+
+log = logging.getLogger("mleforge.train")
 
 CONFIG_FILE = "config.yaml"
 CHECKPOINTS_DIR = "checkpoints"
@@ -242,15 +244,29 @@ def _executor(config: TrainConfig, folder: Path) -> Any:
     from mleforge.sandbox import CachingExecutor, make_executor
 
     kind = config.executor
-    if kind == "auto":
-        # The pool runs isolated only as root (its zygote makes each run's namespaces); elsewhere
-        # the local executor keeps every run under bwrap at the cost of interpreter start-up.
-        kind = "pool" if os.geteuid() == 0 else "local"
     options: dict[str, Any] = {} if config.exec_workers is None or kind == "ray" else {"max_workers": config.exec_workers}
     if config.isolation is not None:
         options["isolation"] = config.isolation
-    executor = make_executor(kind, **options)
+    executor = auto_executor(options) if kind == "auto" else make_executor(kind, **options)
     return CachingExecutor(executor, folder / "results.sqlite") if config.cache else executor
+
+
+def auto_executor(options: dict[str, Any]) -> Any:
+    """The warm pool wherever it isolates its runs as asked (as root, and as any user where
+    bwrap may make a user namespace inside its sandbox: its probe is a real run), else the
+    local executor, a bwrap per run at the cost of interpreter start-up (which raises in
+    turn where nothing can isolate a run: never silently unisolated)."""
+    from mleforge.errors import SandboxError
+    from mleforge.sandbox import make_executor
+
+    pool = make_executor("pool", **options)
+    try:
+        pool.resolve_isolation()
+        return pool
+    except SandboxError as exc:
+        pool.close()
+        log.info("the warm pool cannot isolate runs here (%s); training uses the local executor", exc)
+    return make_executor("local", **options)
 
 
 def _workers(config: TrainConfig, tasks: tuple[Task, ...]) -> int:

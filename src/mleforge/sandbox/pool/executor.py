@@ -3,10 +3,11 @@ pandas and scikit-learn, so no run pays interpreter start-up and those imports.
 
     parent (this process)                 zygote's sandbox (bwrap: system, interpreter, public data,
                                           workspaces; never the private answers)
-    create workspace ─ request + fds ──>  zygote ─fork─> shim: new mount/pid/net/ipc/uts namespaces,
-    watch: output, status, deadline,                     the run's workspace at /workspace, other
-           disk, cancel (as local)                       runs hidden ─fork─> init (pid 1, drops to
-    take submission, remove workspace                    the run's uid) ─fork─> supervisor ─> script
+    create workspace ─ request + fds ──>  zygote ─fork─> shim: [a user namespace,] new mount/pid/
+    watch: output, status, deadline,                     net/ipc/uts namespaces, the run's workspace
+           disk, cancel (as local)                       at /workspace, other runs hidden ─fork─>
+    take submission, remove workspace                    init (pid 1, gives up every capability)
+                                                         ─fork─> supervisor ─> script
 
 Isolation, compared with the local executor under bwrap (same limits, same
 supervisor, same result):
@@ -14,9 +15,14 @@ supervisor, same result):
 - the same: the script sees the system and the interpreter read-only, its own
   workspace at /workspace with the public data read-only, a private /tmp and
   /dev/shm, a new /proc of its own pid namespace, a network namespace with only
-  loopback, its own ipc and uts namespaces, no capability, a uid of its own
-  (so RLIMIT_NPROC counts per run and it can touch no other run's files), and
-  no_new_privs. The private answers are never bound into the zygote's sandbox.
+  loopback, its own ipc and uts namespaces, no capability, and no_new_privs.
+  As root a run has a uid of its own (so RLIMIT_NPROC counts per run and it can
+  touch no other run's files); as any other user a user namespace of its own,
+  whose one uid is the sandbox user (65534), in which no further user namespace
+  can be made (as bwrap's --disable-userns): RLIMIT_NPROC counts per user
+  namespace, so per run again, and the other runs' files are out of its mount
+  namespace and its processes out of its pid namespace. The private answers are
+  never bound into the zygote's sandbox.
   Everything of a run dies with its pid namespace's init, which the executor
   kills through a pidfd; a shim exits only after that.
 - different: the script's process is a fork of the zygote, so it holds a copy
@@ -36,11 +42,17 @@ supervisor, same result):
   pool keeps up to `max_zygotes` of them.
 - unisolated, the pool is a little stricter than the local executor: the shim
   is a subreaper and kills whatever the script left once the supervisor is gone.
-- the isolated pool needs root (the zygote keeps CAP_SYS_ADMIN, CAP_NET_ADMIN,
-  CAP_SETUID and CAP_SETGID inside its sandbox to make each run's namespaces;
-  every run drops them all). As any other user, or without a working bwrap, the
-  pool refuses to start (auto included); it runs unisolated only when asked for
-  (isolation "none"), with the same loud warning as the local executor.
+- how the namespaces are made: as root the zygote keeps CAP_SYS_ADMIN,
+  CAP_NET_ADMIN, CAP_SETUID, CAP_SETGID and CAP_KILL inside its sandbox and every
+  run drops them all with its uid change; as any other user the zygote runs in
+  bwrap's user namespace with no capability at all, and each run's shim makes a
+  user namespace of its own (where it holds the capabilities for the rest), which
+  the run's init then gives up entirely (bounding set, ambient set, securebits,
+  capset). The shim counts against the run's RLIMIT_NPROC there, so the limit is
+  raised by one for it: the script may start as many processes as under a bwrap
+  per run. Where bwrap, or a user namespace inside it, does not work, the pool
+  refuses to start (auto included) and says why; it runs unisolated only when
+  asked for (isolation "none"), with the same loud warning as the local executor.
 """
 
 from __future__ import annotations
@@ -58,7 +70,6 @@ from mleforge.sandbox import bwrap as bw
 from mleforge.sandbox.env import sandbox_env
 from mleforge.sandbox.limits import MIB, RunLimits
 from mleforge.sandbox.local import (
-    OPT_OUT,
     Isolation,
     LocalExecutor,
     _rlimits,
@@ -77,7 +88,6 @@ DEFAULT_PRELOAD = (
 )
 STATUS_FD = 3  # zygote.STATUS_FD
 ZYGOTES_DIR = "zygotes"  # in the session folder: the zygotes' logs, passwd and group
-NEEDS_ROOT = "the warm pool isolates runs with a uid of their own, which needs root"
 
 
 class PoolExecutor(LocalExecutor):
@@ -131,13 +141,18 @@ class PoolExecutor(LocalExecutor):
     # -- isolation ------------------------------------------------------------------
 
     def _choose_isolation(self) -> Isolation:
-        if os.geteuid() != 0 and self.requested != "none":
-            # Never silently unisolated: as another user the pool refuses, auto included.
+        """As the local executor's, probed with a real run through a zygote: never silently
+        unisolated; where it cannot isolate, the error says why (a user namespace inside
+        bwrap refused, as any user but root) and that the local executor may still work."""
+        try:
+            return super()._choose_isolation()
+        except SandboxError as exc:
+            if os.geteuid() == 0 or not bw.bwrap_candidates():  # nothing the local one has more
+                raise
             raise SandboxError(
-                f"the warm pool cannot isolate runs here: {NEEDS_ROOT}. Use the local executor "
-                f"(--executor local), which isolates runs with bwrap as any user; {OPT_OUT}"
-            )
-        return super()._choose_isolation()
+                f"{exc}. The local executor (--executor local), which needs no user namespace "
+                "inside bwrap, may still isolate runs here"
+            ) from exc
 
     def _probe(self, candidate: Isolation) -> str | None:
         """Probe with a zygote that preloads nothing (no task data: see _start), then stop it."""
@@ -199,7 +214,7 @@ class PoolExecutor(LocalExecutor):
             (folder / "passwd").write_text(passwd)
             (folder / "group").write_text(group)
             plan = bw.ZygotePlan(
-                bwrap=isolation.bwrap or "bwrap", session=session.path, kept=session.kept_dir,
+                bwrap=isolation.bwrap or "bwrap", as_root=isolation.as_root, session=session.path, kept=session.kept_dir,
                 public_dir=public_dir, passwd=folder / "passwd", group=folder / "group",
                 ro_binds=self._ro_binds(),
             )
@@ -212,6 +227,8 @@ class PoolExecutor(LocalExecutor):
             # The probe's zygote (no task data) needs no warm modules.
             "preload": list(self.preload) if public_dir is not None else [],
             "isolated": sandboxed,
+            # Not root: each run makes a user namespace of its own for its namespaces.
+            "userns": sandboxed and not isolation.as_root,
             "has_input": public_dir is not None,
             # The run's private /tmp would hide an interpreter or venv under the host's
             # /tmp (a CI clone there): each run binds these again on top of it.
@@ -236,7 +253,8 @@ class PoolExecutor(LocalExecutor):
     ) -> tuple[Watched, float]:
         sandboxed = isolation.kind == "bwrap"
         if sandboxed:
-            passwd, group = bw.passwd_text(uid, uid)
+            passwd, group = bw.passwd_text(uid if uid is not None else bw.SANDBOX_UID,
+                                           uid if uid is not None else bw.SANDBOX_UID)
             (ws.run_dir / "passwd").write_text(passwd)
             (ws.run_dir / "group").write_text(group)
             _tmp_mountpoints(ws.path / "tmp", [r for r in self._ro_binds() if r.startswith("/tmp/")])
@@ -298,6 +316,8 @@ class PoolExecutor(LocalExecutor):
                 entry[2] += extra[entry[0]]
         config = supervisor_config(f"{inside}/script.py", STATUS_FD, limits, isolation, rlimits)
         config["warm"] = True  # reseed the random generators the zygote left
+        if sandboxed and not isolation.as_root and config["nproc"] is not None:
+            config["nproc"] += 1  # the shim is in the run's user namespace too (see the docstring)
         env = sandbox_env(
             workspace=inside, tmpdir="/tmp" if sandboxed else str(ws.path / "tmp"),
             python_bin=os.path.dirname(self.python), cpus=limits.cpus, run_id=run_id,

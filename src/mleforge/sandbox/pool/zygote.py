@@ -6,13 +6,26 @@ tiny bootstrap (`python -s -u -c BOOT ROLE RUN_ID_SLOT FD`), which makes them
 modules and calls `serve`. Standard library only.
 
     zygote (trusted: never runs a script; imports numpy, pandas, scikit-learn...)
-      └─ fork per request ─> shim        root; its own session; the run's namespaces and mounts;
+      └─ fork per request ─> shim        its own session; the run's namespaces and mounts;
             (isolated)                    reports the outcome to the executor, then exits
-            └─ fork ─> init              pid 1 of the run's pid namespace: mounts /proc, drops
-                                         to the run's uid, reaps; when it ends the kernel kills
-                                         everything left in the namespace
+            └─ fork ─> init              pid 1 of the run's pid namespace: mounts /proc, gives
+                                         up every capability, reaps; when it ends the kernel
+                                         kills everything left in the namespace
                   └─ fork ─> supervisor  supervisor.supervise(): rlimits, timeout, wait4, status
                         └─ fork ─> script
+
+Two ways to hold the capabilities a run's namespaces need (config "userns"):
+
+- as root, the zygote keeps a few (bwrap.ZYGOTE_CAPS) and the init drops them
+  all by changing to the run's own uid;
+- as anyone else, the zygote has none. The shim first makes a user namespace of
+  its own (the one uid there, the sandbox user, is the zygote's, which is ours
+  outside), in which it holds every capability, and forbids any further user
+  namespace in it (max_user_namespaces = 0, as bwrap's --disable-userns does):
+  the namespaces it then makes belong to it, and RLIMIT_NPROC counts the run's
+  processes on their own, as with a bwrap per run. The init gives up every
+  capability explicitly (bounding and ambient sets, then capset) and locks the
+  securebits, since it keeps its uid.
 
 Unisolated (no bwrap) the shim makes no namespaces and forks the supervisor
 itself; as a subreaper it ends whatever the script left once the supervisor is
@@ -48,10 +61,16 @@ WORKSPACE = "/workspace"  # bwrap.SANDBOX_WORKSPACE
 STATUS_FD, CHANNEL_FD = 3, 4  # where a run's descriptors are put (0-2: stdio)
 
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
-CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x20000000, 0x40000000
+CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x10000000, 0x20000000, 0x40000000
+SANDBOX_UID = 65534  # bwrap.SANDBOX_UID: the one uid of a run's user namespace
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
+PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 24, 28, 38, 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+# noroot, no_setuid_fixup and no_cap_ambient_raise, and keep_caps off: each locked
+SECUREBITS_LOCKED = 0xEF
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -172,7 +191,8 @@ def _mark_run(slots: dict, run_id: str) -> None:
 
 
 def _shim(ctl, zygote: int, request: dict, fds: list, slots: dict, config: dict) -> None:
-    """The first process of a run (root, trusted). Exits, or propagates a script's SystemExit."""
+    """The first process of a run (trusted: it never runs a script, and keeps the
+    capabilities the run gives up). Exits, or propagates a script's SystemExit."""
     ctl.close()
     _place_descriptors(fds)  # first: a failure is then reported on the channel
     try:
@@ -195,7 +215,7 @@ def _shim(ctl, zygote: int, request: dict, fds: list, slots: dict, config: dict)
         if child == 0:
             _mark_run(slots, request["run_id"])
             if isolated:
-                _init(request, slots)
+                _init(request, slots, config)
             channel.close()
             _supervise(request, slots)
         pidfds = [os.pidfd_open(os.getpid()), os.pidfd_open(child)]
@@ -237,9 +257,12 @@ def _place_descriptors(fds: list) -> None:
 
 
 def _enter_namespaces(request: dict, config: dict) -> None:
-    """New mount, pid, network, ipc, uts and cgroup namespaces, and the run's view:
-    its workspace at /workspace, the public data read-only in it, private /tmp and
-    /dev/shm, its own passwd; the pool's folders (other runs) hidden."""
+    """New mount, pid, network, ipc, uts and cgroup namespaces (owned by a new user
+    namespace first, as any user but root), and the run's view: its workspace at
+    /workspace, the public data read-only in it, private /tmp and /dev/shm, its own
+    passwd; the pool's folders (other runs) hidden."""
+    if config["userns"]:
+        _own_user_namespace()
     _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
                          | CLONE_NEWCGROUP), "unshare")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount reaches the zygote
@@ -264,6 +287,43 @@ def _enter_namespaces(request: dict, config: dict) -> None:
     _loopback_up()
 
 
+def _own_user_namespace() -> None:
+    """A user namespace for this run alone, whose one uid (the sandbox user) is ours
+    outside; no further user namespace may be made in it. Without capabilities in the
+    zygote's namespace we may map only our own uid and gid, and must deny setgroups."""
+    uid, gid = os.getuid(), os.getgid()
+    _check(_libc.unshare(CLONE_NEWUSER), "unshare a user namespace")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{SANDBOX_UID} {uid} 1"),
+                       ("gid_map", f"{SANDBOX_UID} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+    # The sysctl is per user namespace: ours, which we own here. The script, with no
+    # capability left in it, cannot raise it again; any unshare(CLONE_NEWUSER) below
+    # fails with ENOSPC, as under bwrap's --disable-userns.
+    with open("/proc/sys/user/max_user_namespaces", "w") as f:
+        f.write("0")
+
+
+def _drop_capabilities() -> None:
+    """Every capability gone for good, without a uid change (there is one uid here):
+    the bounding set (so no execve can grant one back), the ambient set, the securebits
+    locked so that uid 0 would mean nothing either, then the sets themselves."""
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        _prctl(PR_CAPBSET_DROP, cap)
+    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    _prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED)
+    _clear_capability_sets()
+
+
+def _clear_capability_sets() -> None:
+    """Effective, permitted and inheritable sets emptied (always allowed: it only lowers)."""
+    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
+    nothing = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable; two words each
+    _check(_libc.capset(header, nothing), "capset")
+
+
 def _bind(source: str, target: str, read_only: bool) -> None:
     _mount(source, target, None, MS_BIND | MS_REC)
     flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (MS_RDONLY if read_only else 0)
@@ -278,17 +338,26 @@ def _loopback_up() -> None:
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
 
 
-def _init(request: dict, slots: dict) -> None:
+def _init(request: dict, slots: dict, config: dict) -> None:
     """pid 1 of the run's pid namespace. Never returns."""
     try:
         shim = os.getppid()
         os.close(CHANNEL_FD)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        uid = request["uid"]
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)  # every capability goes with uid 0
-        # After the uid change, which clears it: the shim killed, the namespace goes with us.
+        if config["userns"]:
+            _drop_capabilities()
+        else:
+            uid = request["uid"]
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)  # every capability goes with uid 0
+            _clear_capability_sets()  # but the inheritable set: it goes now
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)  # bwrap set it for the zygote already: kept whatever happens
+        # Non-dumpable, as the supervisor: with the run's uid (and no uid change, as a user, to
+        # make it so) the script could otherwise ptrace us or write our /proc/1/mem, and end
+        # the run with the exit status of its choice.
+        _prctl(PR_SET_DUMPABLE, 0)
+        # After a uid change, which clears it: the shim killed, the namespace goes with us.
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != shim:
             os._exit(1)
