@@ -68,7 +68,7 @@ def test_the_compact_prompt_profile():
     prompt = compact_prompt()  # the compact preset's budgets, not a bare profile="compact"
     assert prompt == PromptConfig.compact() == PromptConfig.for_profile("compact", code_chars=COMPACT_CODE_CHARS)
     assert (prompt.profile, prompt.memory_nodes, prompt.output_tail_chars, prompt.code_chars) == (
-        "compact", 0, 500, COMPACT_CODE_CHARS)
+        "compact", 0, 350, COMPACT_CODE_CHARS)
     assert TrainConfig().prompt == prompt and TrainConfig.preset_config("gpu-1x").prompt.profile == "full"
 
 

@@ -314,7 +314,9 @@ def sft_done(folder: Path) -> Any:
 
 def warm_start(plan: Plan, folder: Path, collected: Any, progress: bool) -> str:
     """The spec of the model GRPO starts from: --sft none, PATH, or auto (SFT on `collected`,
-    done once: a resumed run finds sft/ finished)."""
+    done once: a resumed run finds sft/ finished). auto fine-tunes on the samples of the
+    stages GRPO trains on (`seed_stages`): on the cpu preset the short debug and improve
+    edits, not the whole-script drafts that are 10x longer than its completion cap."""
     config = plan.config
     if config.sft_mode == "none":
         return config.model.spec
@@ -333,7 +335,7 @@ def warm_start(plan: Plan, folder: Path, collected: Any, progress: bool) -> str:
     result = run_sft(SFTConfig(samples=collected.samples_path, out=str(folder / SFT_DIR), model=config.model,
                                max_steps=config.sft_steps, batch_size=config.sft_batch_size,
                                grad_accum=config.sft_grad_accum, max_length=config.sft_max_length,
-                               seed=config.seed), progress=progress)
+                               stages=config.seed_stages, seed=config.seed), progress=progress)
     return f"hf:{result.model_dir}"
 
 
