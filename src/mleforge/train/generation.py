@@ -4,7 +4,15 @@ Three ways to generate, chosen by `TrainConfig.generation`:
 
     trl      TRL samples with the training model itself (transformers' generate)
     vllm     TRL's vLLM integration (colocated on the training GPU), weights synced each step
-    <name>   an engine registered here: it becomes TRL's `rollout_func`
+    ct2      CTranslate2 (mleforge.train.ct2_rollout; extra `[fast]`): the trained weights
+             converted and reloaded after each step, each group's prompt prefilled once
+    <name>   another engine registered here: it becomes TRL's `rollout_func`
+
+`auto` is vLLM on a GPU where it is installed, else TRL's own generate, also on a CPU where
+ctranslate2 is installed: there ct2 rollouts sample float32 (TRL 1.16 applies its
+importance-sampling correction only on its vLLM path, so they must sample from the training
+weights), and float32 ct2 is not enough faster than TRL's generate to pay for a sync every
+step (benchmarks/train_step.py --generation trl,ct2 measures both; see the README).
 
 An engine is a factory `factory(config, tokenizer) -> rollout(prompts, trainer)`. `rollout`
 receives this rank's rows of the step (chat messages; each group's prompt `group_size`
@@ -14,7 +22,9 @@ tokenizer's ids, one row per prompt. Logprobs of the sampled tokens let TRL corr
 engine that samples from slightly different weights (int8, last step's sync); None means
 the engine samples from the training weights. Sampling must depend only on the trainer's
 per-step seed (torch's RNG is seeded at each step's generation) so that a resumed run
-repeats its rollouts. The CTranslate2 engine registers itself here; so do tests.
+repeats its rollouts. An engine may also report what a step cost it beyond generating
+(`take_figures(step) -> {"sync_s": ..., "rollout_staleness": ...}`, see `rollout_figures`):
+metrics.jsonl logs them. Tests register engines of their own here.
 """
 
 from __future__ import annotations
@@ -23,13 +33,24 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from mleforge.errors import ConfigError
+from mleforge.errors import ConfigError, MissingExtra
 from mleforge.train.errors import TrainError
 
 BUILT_IN = ("trl", "vllm")
 RolloutFunc = Callable[[list, Any], dict]
 EngineFactory = Callable[[Any, Any], RolloutFunc]
-_ENGINES: dict[str, EngineFactory] = {}
+
+
+def _ct2(config: Any, tokenizer: Any) -> RolloutFunc:
+    # Imports torch and ctranslate2: only when a run generates with it.
+    from mleforge.train.ct2_rollout import Ct2Rollout
+
+    return Ct2Rollout(config, tokenizer)
+
+
+_ENGINES: dict[str, EngineFactory] = {"ct2": _ct2}
+# What each engine's extra is checked by before anything heavy starts: (module, package, extra).
+_EXTRAS = {"ct2": ("ctranslate2", "ctranslate2", "fast")}
 
 
 def register_engine(name: str, factory: EngineFactory, *, replace: bool = False) -> None:
@@ -63,6 +84,10 @@ def resolve_generation(requested: str, *, cuda: bool) -> str:
         return requested
     if requested != "trl" and requested not in _ENGINES:
         raise ConfigError(f"generation: got {requested!r}; expected one of {', '.join(engine_names())}")
+    if requested in _EXTRAS:
+        module, package, extra = _EXTRAS[requested]
+        if importlib.util.find_spec(module) is None:
+            raise MissingExtra(package, extra, f"generation {requested} (GRPO rollouts on {package})")
     return requested
 
 
@@ -82,3 +107,18 @@ def rollout_func_for(backend: str, config: Any, tokenizer: Any) -> RolloutFunc |
     if backend in BUILT_IN:
         return None
     return _ENGINES[backend](config, tokenizer)
+
+
+def rollout_figures(rollout: RolloutFunc | None, step: int) -> dict[str, float]:
+    """What `rollout` reported for `step` (taken once): its weight sync's seconds and the
+    staleness of the weights it sampled from; {} for TRL's own generation and engines that
+    report nothing."""
+    take = getattr(rollout, "take_figures", None)
+    return dict(take(step)) if callable(take) else {}
+
+
+def close_rollout(rollout: RolloutFunc | None) -> None:
+    """Release what an engine holds (its converted weights) at the end of training."""
+    close = getattr(rollout, "close", None)
+    if callable(close):
+        close()

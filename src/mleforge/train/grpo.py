@@ -146,9 +146,28 @@ def preflight(config: TrainConfig, registry: Any) -> Plan:
         raise TrainError(f"{config.sequences_per_step} sequences a step do not split into micro-batches of "
                          f"{config.micro_batch} on {world} processes; change --groups-per-step or micro_batch")
     backend = resolve_generation(config.generation, cuda=device.startswith("cuda"))
+    if backend == "ct2":
+        check_ct2_architecture(source, config.model.spec)
     bf16 = resolve_bf16(config.bf16, device, torch)
     resolved = config.replace(generation=backend, bf16=bf16)
     return Plan(resolved, tasks, eval_tasks, source, device, world)
+
+
+def check_ct2_architecture(source: ModelSource, spec: str) -> None:
+    """--generation ct2 on a model ctranslate2 cannot convert: refused before anything loads."""
+    from transformers import AutoConfig
+
+    from mleforge.policies.engines.ct2_convert import architecture_converts
+
+    if source.base.endswith(".gguf"):
+        return  # its config is read when it loads; the conversion says it if it cannot
+    try:
+        model_config = AutoConfig.from_pretrained(source.base, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise TrainError(f"--model {spec} does not load: {exc}") from None
+    if not architecture_converts(model_config):
+        raise TrainError(f"--generation ct2: CTranslate2 cannot convert {type(model_config).__name__} models "
+                         f"({spec}); use --generation trl")
 
 
 def _record(plan: Plan, status: str, **extra: Any) -> dict[str, Any]:
@@ -462,10 +481,14 @@ class Training:
     progress: Any
     full: bool
     base_spec: str
+    rollout: Any = None  # the engine's rollout_func (generation ct2 ...); None for TRL's own
 
     def close(self) -> None:
+        from mleforge.train.generation import close_rollout
+
         self.progress.close()
         self.reward.close()
+        close_rollout(self.rollout)
 
 
 def build_trainer(plan: Plan, folder: Path, spec: str, buffer: Any, executor: Any, *, renderer: Any = None,
@@ -511,11 +534,11 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: Any, executor: An
         use_cpu=loaded.device == "cpu", remove_unused_columns=False, log_completions=False, disable_dropout=True,
         dataloader_num_workers=0, **trl_generation_args(config, config.generation),
     )
+    rollout = rollout_func_for(config.generation, config, loaded.tokenizer)
     trainer = CurriculumGRPOTrainer(
         model=loaded.model, reward_funcs=[reward], args=args,
         train_dataset=Dataset.from_list(placeholder_rows(config.groups_per_step)),
-        processing_class=loaded.tokenizer, peft_config=loaded.peft_config,
-        rollout_func=rollout_func_for(config.generation, config, loaded.tokenizer),
+        processing_class=loaded.tokenizer, peft_config=loaded.peft_config, rollout_func=rollout,
         feed=feed, run_seed=config.seed,
     )
     for printer in (PrinterCallback, ProgressCallback):  # our own bar and metrics.jsonl instead
@@ -531,4 +554,4 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: Any, executor: An
     ):
         trainer.add_callback(callback)
 
-    return Training(trainer, reward, feed, bar, loaded.full, loaded.base_spec)
+    return Training(trainer, reward, feed, bar, loaded.full, loaded.base_spec, rollout)
