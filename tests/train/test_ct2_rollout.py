@@ -64,6 +64,25 @@ def test_a_missing_ctranslate2_names_the_fast_extra(monkeypatch):
         Ct2Rollout(TrainConfig(generation="ct2"), tokenizer=None)
 
 
+def test_the_cli_picks_the_rollout_engine_and_refuses_it_without_ctranslate2(monkeypatch, tiny, data_root, tmp_path,
+                                                                             capsys):
+    from mleforge.cli.main import build_parser
+    from mleforge.cli.train import overrides
+    from tests.train.test_cli import BASE, cli
+
+    given = overrides(build_parser().parse_args(["train", "--generation", "ct2", "--rollout-quantization", "int8",
+                                                 "--sync-every", "2"]))
+    assert given == {"generation": "ct2", "rollout_quantization": "int8", "sync_every": 2}
+    with pytest.raises(ConfigError, match="save_steps"):  # the cpu preset checkpoints every step
+        TrainConfig.preset_config("cpu", **given)
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)
+    code, _ = cli(*BASE, "--model", f"hf:{tiny}", "--generation", "ct2", "--run-dir", str(tmp_path / "run"),
+                  "--data-dir", str(data_root))
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "generation ct2 (GRPO rollouts on ctranslate2) needs the `ctranslate2` package" in err
+    assert "pip install 'mleforge[fast]'" in err and not (tmp_path / "run").exists()
+
+
 # --- on a real model (the rest: ctranslate2 installed) ---
 
 needs_ct2 = pytest.mark.skipif(importlib.util.find_spec("ctranslate2") is None,
