@@ -33,6 +33,7 @@ each group's prompt `group_size` times in a row) and the trainer:
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -41,6 +42,7 @@ import torch
 from mleforge.policies.base import SamplingConfig
 from mleforge.policies.engines.ct2 import Ct2Engine, refresh_engine
 
+log = logging.getLogger(__name__)
 # The ct2 weight type that is the training weights' own, by torch dtype.
 SAME_TYPE = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -94,8 +96,7 @@ class Ct2Rollout:
         # One call per group size (one in TRL's layout): each group a single input of n samples.
         for n in sorted({length for _, length in runs}):
             starts = [start for start, length in runs if length == n]
-            made = engine.generate([prompt_ids[s] for s in starts], n, self.sampling, seed,
-                                        logprobs=self.logprobs)
+            made = engine.generate([prompt_ids[s] for s in starts], n, self.sampling, seed, logprobs=self.logprobs)
             for start, samples in zip(starts, made.samples):
                 for k, sample in enumerate(samples):
                     completion_ids[start + k] = list(sample.token_ids)
@@ -116,6 +117,11 @@ class Ct2Rollout:
             self.engine, _ = refresh_engine(model, self.tokenizer, quantization=quantization,
                                             device=torch.device(device).type, num_threads=self.threads)
             self.logprobs = quantization != trained
+            if self.logprobs:
+                log.warning("ct2 rollouts sample from %s weights while training holds %s ones; TRL 1.16 corrects "
+                            "for that only on its vLLM path, so the samples count as the training model's own "
+                            "(rollout_quantization: null samples from the training weights' type)",
+                            quantization, trained)
         else:
             refresh_engine(model, self.tokenizer, self.engine)  # same quantization, device and threads
         self.synced_step = step
