@@ -56,6 +56,19 @@ def test_rollout_settings_are_checked():
         TrainConfig(generation="ct2", sync_every=0)
 
 
+def test_auto_takes_ct2_on_a_cpu_where_it_is_installed_and_converts_the_model(monkeypatch):
+    import mleforge.train.generation as generation
+
+    monkeypatch.setattr(generation, "ct2_installed", lambda: True)
+    assert resolve_generation("auto", cuda=False, converts=lambda: True) == "ct2"
+    assert resolve_generation("auto", cuda=False, converts=lambda: False) == "trl"
+    assert resolve_generation("auto", cuda=False) == "trl"  # nobody asked whether the model converts
+    monkeypatch.setattr(generation, "vllm_installed", lambda: False)
+    assert resolve_generation("auto", cuda=True, converts=lambda: True) == "trl"  # a GPU: vLLM or TRL's own
+    monkeypatch.setattr(generation, "ct2_installed", lambda: False)
+    assert resolve_generation("auto", cuda=False, converts=lambda: True) == "trl"
+
+
 def test_a_missing_ctranslate2_names_the_fast_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # what `import ctranslate2` meets uninstalled
     with pytest.raises(MissingExtra, match=r"pip install 'mleforge\[fast\]'"):

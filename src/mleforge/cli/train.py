@@ -62,7 +62,8 @@ def register(subparsers) -> None:
     p.add_argument("--generation", help="what samples the GRPO rollouts: trl (TRL's own generate) | vllm (TRL's, "
                                         "on a GPU) | ct2 (CTranslate2, the trained weights synced each step, a "
                                         "group's prompt prefilled once; pip install 'mleforge[fast]') | auto "
-                                        "(vllm on a GPU where installed, else trl; the default)")
+                                        "(the default: ct2 on a CPU where ctranslate2 is installed and converts "
+                                        "the model, vllm on a GPU where installed, else trl)")
     p.add_argument("--rollout-quantization", choices=QUANTIZATIONS,
                    help="--generation ct2's weight type (default: the training weights' own, float32 on a CPU; "
                         "TRL corrects other weights' samples only on its vLLM path: int8 is faster but biased)")

@@ -204,8 +204,9 @@ class TrainConfig:
     run_timeout_s caps a rollout's script below the task's own limit (600 s): a step waits
     for its slowest run. save_steps: a checkpoint every this many steps; a resume replays
     at most that many, so the buffer must keep evicted rows at least as long
-    (buffer.retain_evicted_steps). generation: "auto" (vLLM through TRL where it is
-    installed and a GPU is there, else TRL's own generate), "trl", "vllm", or an engine
+    (buffer.retain_evicted_steps). generation: "auto" (on a GPU vLLM through TRL where it is
+    installed, on a CPU ct2 where ctranslate2 is installed and converts the model, else TRL's
+    own generate; mleforge.train.generation), "trl", "vllm", or an engine
     registered with `mleforge.train.generation.register_engine`, such as "ct2" (CTranslate2
     rollouts, mleforge.train.ct2_rollout). rollout_quantization: the ct2 rollouts' weight type
     (None: the training weights' own, float32 on a CPU: TRL 1.16 corrects for an engine that

@@ -145,36 +145,41 @@ def preflight(config: TrainConfig, registry: Any) -> Plan:
     if config.sequences_per_step % (config.micro_batch * world):
         raise TrainError(f"{config.sequences_per_step} sequences a step do not split into micro-batches of "
                          f"{config.micro_batch} on {world} processes; change --groups-per-step or micro_batch")
-    backend = resolve_generation(config.generation, cuda=device.startswith("cuda"))
-    if backend == "ct2":
-        check_ct2_architecture(source, config.model.spec)
+    backend = resolve_generation(config.generation, cuda=device.startswith("cuda"),
+                                 converts=lambda: ct2_architecture_problem(source, config.model.spec) is None)
+    if backend == "ct2" and config.generation == "ct2":
+        problem = ct2_architecture_problem(source, config.model.spec)
+        if problem is not None:
+            raise TrainError(f"--generation ct2: {problem}; use --generation trl")
     bf16 = resolve_bf16(config.bf16, device, torch)
     resolved = config.replace(generation=backend, bf16=bf16)
     return Plan(resolved, tasks, eval_tasks, source, device, world)
 
 
-def check_ct2_architecture(source: ModelSource, spec: str) -> None:
-    """--generation ct2 on a model ctranslate2 cannot convert: refused before anything loads."""
+def ct2_architecture_problem(source: ModelSource, spec: str) -> str | None:
+    """Why ctranslate2 cannot convert the model (read from its config alone), or None."""
     from transformers import AutoConfig
 
     from mleforge.policies.engines.ct2_convert import architecture_converts
 
-    if source.base.endswith(".gguf"):
-        return  # its config is read when it loads; the conversion says it if it cannot
+    base = Path(source.base)
+    options = {"gguf_file": base.name} if source.base.endswith(".gguf") else {}
     try:
-        model_config = AutoConfig.from_pretrained(source.base, local_files_only=True)
+        model_config = AutoConfig.from_pretrained(base.parent if options else source.base, local_files_only=True,
+                                                  **options)
     except (OSError, ValueError) as exc:
         raise TrainError(f"--model {spec} does not load: {exc}") from None
     if not architecture_converts(model_config):
-        raise TrainError(f"--generation ct2: CTranslate2 cannot convert {type(model_config).__name__} models "
-                         f"({spec}); use --generation trl")
+        return f"CTranslate2 cannot convert {type(model_config).__name__} models ({spec})"
+    return None
 
 
 def _record(plan: Plan, status: str, **extra: Any) -> dict[str, Any]:
     c = plan.config
     return {"kind": "train", "tasks": [t.id for t in plan.tasks], "eval_tasks": [t.id for t in plan.eval_tasks],
             "policy": c.model.spec, "model": c.model.spec, "preset": c.preset, "seed": c.seed, "steps": c.steps,
-            "sampler": c.sampler, "buffer_growth": c.buffer_growth, "sft": c.sft, "status": status, **extra}
+            "sampler": c.sampler, "buffer_growth": c.buffer_growth, "sft": c.sft, "generation": c.generation,
+            "status": status, **extra}
 
 
 def train(config: TrainConfig, run_dir: str | Path | None = None, *, registry: Any = None, progress: bool = True,
