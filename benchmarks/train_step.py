@@ -220,7 +220,7 @@ def main() -> None:
                     f"{args.group_size} rollouts, {args.max_new_tokens} new tokens)", list(keys),
                     [[row[k] for k in keys] for row in steps])
         keys = ("generation", "steps", "step_s", "gen_s", "sync_s", "exec_s", "update_s", "tokens", "gen_tokens_per_s")
-        print_table("per engine: mean over the steps after the first", list(keys),
+        print_table("per engine: mean over the steps after the first (with one step: that step)", list(keys),
                     [[row[k] for k in keys] for row in engines])
     if execution:
         keys = ("executor", "workers", "cache", "group_s", "per_rollout_s", "cached_group_s")
