@@ -105,14 +105,23 @@ needs_ct2 = pytest.mark.skipif(importlib.util.find_spec("ctranslate2") is None,
 PROMPTS = [[{"role": "user", "content": "add two numbers"}]] * 2 + [[{"role": "user", "content": "import numpy"}]] * 2
 
 
-@pytest.fixture()
-def lora_model(tiny):
-    """The tiny model in float32 with a LoRA adapter on every linear layer, as training holds it."""
+@pytest.fixture(scope="module")
+def tiny_qwen(tmp_path_factory):
+    """A tiny Qwen2, the bundled Qwen's kind (biased q/k/v, tied embeddings, a padded vocabulary)."""
+    from tests.policies.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen") / "model", "qwen2")
+
+
+@pytest.fixture(params=["llama", "qwen2"])
+def lora_model(request, tiny, tiny_qwen):
+    """A tiny model in float32 with a LoRA adapter on every linear layer, as training holds it."""
     import peft
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny)
-    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
+    folder = tiny if request.param == "llama" else tiny_qwen
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
     return model, tokenizer
 

@@ -211,8 +211,8 @@ class TrainConfig:
     rollouts, mleforge.train.ct2_rollout). rollout_quantization: the ct2 rollouts' weight type
     (None: the training weights' own, float32 on a CPU: TRL 1.16 corrects for an engine that
     samples from other weights only on its vLLM path, so the rollouts sample from the training
-    distribution unless asked otherwise; int8 generated ~1.4x faster in a SmolLM2 step and is
-    ~0.2-0.3 nats/token off).
+    distribution unless asked otherwise; int8 generated ~1.3x faster on SmolLM2 and is 0.38
+    nats/token off there).
     sync_every: the ct2 engine takes the trained weights every this many steps (1: after each
     optimizer step; k > 1 leaves the rollouts up to k - 1 steps stale, logged as
     `rollout_staleness`). bf16 None: on where the
