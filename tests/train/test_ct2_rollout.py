@@ -294,8 +294,11 @@ def test_a_killed_ct2_run_resumes_with_the_same_rollouts(tiny, titanic, journals
     assert json.loads(conn.execute("SELECT value FROM meta WHERE key = 'sealed_step'").fetchone()[0]) == 1
     conn.close()
     (killed / HELD).unlink()
+    left = list((killed / "ct2-rollouts" / "rank-0").iterdir())
+    assert len(left) == 1 and (left[0] / "model.bin").is_file()  # the killed process's conversion
     finish(start(killed, "--resume"), killed)
     finish(first, straight)
+    assert list((killed / "ct2-rollouts" / "rank-0").iterdir()) == []  # deleted on resume; the last, on close
 
     assert buffer_rows(killed) == buffer_rows(straight)
     assert lines(killed / "metrics.jsonl", VOLATILE_FIELDS) == lines(straight / "metrics.jsonl", VOLATILE_FIELDS)

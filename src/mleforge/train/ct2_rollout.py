@@ -34,7 +34,9 @@ each group's prompt `group_size` times in a row) and the trainer:
 from __future__ import annotations
 
 import logging
+import shutil
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -65,6 +67,17 @@ def due_for_sync(step: int, synced_step: int | None, every: int) -> bool:
     return synced_step is None or (step != synced_step and step % every == 0)
 
 
+def rollout_folder(trainer: Any) -> Path | None:
+    """Where a rank's converted weights live: <run>/ct2-rollouts/rank-<i> beside the run's
+    checkpoints folder (TRL's output_dir), so that the conversions a SIGKILL left behind (a
+    float32 Qwen-0.5B is 2 GB) are deleted when the run resumes; None (the system's temporary
+    directory) for a trainer with no output folder."""
+    output = getattr(getattr(trainer, "args", None), "output_dir", None)
+    if not output:
+        return None
+    return Path(output).resolve().parent / "ct2-rollouts" / f"rank-{trainer.accelerator.process_index}"
+
+
 class Ct2Rollout:
     """TRL's `rollout_func` on a ct2 engine that follows the trainer's weights (see the module
     docstring). `config` is the run's TrainConfig; `tokenizer` the training tokenizer."""
@@ -83,9 +96,12 @@ class Ct2Rollout:
         self.synced_step: int | None = None
         self.logprobs = False  # whether the engine's weights differ in type from the training model's
         self._figures: dict[int, dict[str, float]] = {}
+        self.temp_root: Path | None = None  # where the engine's conversions live (rollout_folder)
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         step = trainer.state.global_step
+        if self.engine is None:
+            self.temp_root = rollout_folder(trainer)
         sync_s = self.refresh(trainer.accelerator.unwrap_model(trainer.model), step, trainer.accelerator.device)
         prompt_ids = [self.encode(p, trainer) for p in prompts]
         seed = torch.initial_seed() % 2**32  # the trainer's step seed (mleforge.train.trainer)
@@ -114,8 +130,12 @@ class Ct2Rollout:
         if self.engine is None:
             trained = SAME_TYPE.get(next(model.parameters()).dtype, "float32")
             quantization = self.quantization or trained
+            root = self.temp_root
+            if root is not None:  # what a killed process of this run and rank left: never loaded again
+                shutil.rmtree(root, ignore_errors=True)
             self.engine, _ = refresh_engine(model, self.tokenizer, quantization=quantization,
-                                            device=torch.device(device).type, num_threads=self.threads)
+                                            device=torch.device(device).type, num_threads=self.threads,
+                                            temp_root=root)
             self.logprobs = quantization != trained
             if self.logprobs:
                 log.warning("ct2 rollouts sample from %s weights while training holds %s ones; TRL 1.16 corrects "

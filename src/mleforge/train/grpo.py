@@ -24,6 +24,8 @@ A run directory holds
                                as given (before any warm start); after, final/. The same
                                states (from stepwise/expert/, template-expert journals of the
                                eval tasks) and sampling both times
+    ct2-rollouts/rank-<i>/     generation ct2: the engine's converted weights while it runs
+                               (deleted at the end, and when a killed run resumes)
     final/                     the trained adapter (or model): `hf:<run>/final`
     report/                    `mleforge report <run>`, written at the end
 
