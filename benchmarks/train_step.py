@@ -3,14 +3,19 @@
     python benchmarks/train_step.py --tiny --out bench-out/train_step.json            # plumbing, minutes
     python benchmarks/train_step.py --model bundled:qwen2.5-coder-0.5b --steps 3 \\
         --out bench-out/train_step_qwen.json                                           # the real main job's step
+    python benchmarks/train_step.py --model bundled:smollm2-135m --generation trl,ct2,ct2:int8 \\
+        --skip-execution --out bench-out/train_step_engines.json                       # each rollout engine
 
-1. Steps: `--steps` real GRPO steps of `mleforge train` (TRL's generation, the run's own
-   prompts, LoRA) on `--task`, each timed from its start to the end of its feedback; per
-   step: generation, execution (the reward: parse, run, grade), update (loss, backward,
-   optimizer), and the rest (the framework: drawing and rendering the batch, feeding the
-   rollouts back to the buffer, writing rollouts and metrics). The framework's overhead is
-   everything but generation and update, as a share of the step (the goal: under 10%), and
-   the share of the rest alone.
+1. Steps: `--steps` real GRPO steps of `mleforge train` (the run's own prompts, LoRA) on
+   `--task` for each `--generation` (trl: TRL's own generate; ct2: CTranslate2 rollouts at
+   the training weights' type; ct2:int8 and the like: at that quantization), each step timed
+   from its start to the end of its feedback; per step: generation, the rollout engine's
+   weight sync (ct2: convert and load), execution (the reward: parse, run, grade), update
+   (loss, backward, optimizer), and the rest (the framework: drawing and rendering the
+   batch, feeding the rollouts back to the buffer, writing rollouts and metrics). The
+   framework's overhead is everything but generation, sync and update, as a share of the
+   step (the goal: under 10%), and the share of the rest alone. Each engine's run has the
+   same seed, so its first step draws the same state.
 2. Execution: one group of `--group-size` real expert completions (the template expert's
    scripts for the task's draft state) through the executing reward, for each executor
    (local, pool), with 1 and 2 workers, with no result cache, and with one (a miss, then
@@ -54,35 +59,55 @@ def step_timer():
     return StepTimer()
 
 
-def time_steps(args, registry, work: Path) -> list[dict]:
+def generation_choice(text: str) -> tuple[str, str | None]:
+    """`trl`, `ct2` or `ct2:QUANTIZATION` -> (generation, rollout quantization)."""
+    generation, _, quantization = text.partition(":")
+    if generation not in ("trl", "ct2") or (quantization and generation != "ct2"):
+        raise SystemExit(f"--generation: got {text!r}; give trl, ct2 or ct2:QUANTIZATION (ct2:int8), comma-separated")
+    return generation, quantization or None
+
+
+def time_steps(args, registry, work: Path, choice: str, model: str) -> list[dict]:
     from mleforge.train.config import TrainConfig
     from mleforge.train.grpo import train
 
-    model = args.model
-    if args.tiny:
-        sys.path.insert(0, str(ROOT))
-        from tests.train.tiny import tiny_model
-
-        model = f"hf:{tiny_model(work / 'tiny')}"
+    generation, quantization = generation_choice(choice)
     config = TrainConfig.preset_config(
         "cpu", model={"spec": model, "threads": args.threads}, tasks=args.task, eval_tasks="", steps=args.steps,
         group_size=args.group_size, groups_per_step=args.groups_per_step, micro_batch=args.micro_batch,
         max_new_tokens=args.max_new_tokens, sft="none", journals=args.journals, expert_steps=4,
-        executor=args.executor, generation="trl", stepwise_eval=False,
+        executor=args.executor, generation=generation, rollout_quantization=quantization, stepwise_eval=False,
     )
     timer = step_timer()
-    result = train(config, work / "run", registry=registry, progress=False, callbacks=[timer])
+    result = train(config, work / f"run-{choice.replace(':', '-')}", registry=registry, progress=False,
+                   callbacks=[timer])
     rows = []
     for line in (Path(result.run_dir) / "metrics.jsonl").read_text().splitlines():
         m = json.loads(line)
         step_s = timer.walls[m["step"]]
-        rest = max(0.0, step_s - m["gen_s"] - m["exec_s"] - m["update_s"])
-        rows.append({"step": m["step"], "step_s": round(step_s, 3), "gen_s": m["gen_s"], "exec_s": m["exec_s"],
-                     "update_s": m["update_s"], "rest_s": round(rest, 3), "tokens": m["tokens"],
-                     "overhead_share": round((step_s - m["gen_s"] - m["update_s"]) / step_s, 4),
+        sync = m.get("sync_s", 0.0)
+        rest = max(0.0, step_s - m["gen_s"] - sync - m["exec_s"] - m["update_s"])
+        rows.append({"generation": choice, "step": m["step"], "step_s": round(step_s, 3), "gen_s": m["gen_s"],
+                     "sync_s": sync, "exec_s": m["exec_s"], "update_s": m["update_s"], "rest_s": round(rest, 3),
+                     "tokens": m["tokens"], "gen_tokens_per_s": round(m["tokens"] / m["gen_s"], 2) if m["gen_s"] else None,
+                     "overhead_share": round((step_s - m["gen_s"] - sync - m["update_s"]) / step_s, 4),
                      "rest_share": round(rest / step_s, 4), "valid_rate": m["valid_rate"],
                      "format_error_rate": m["format_error_rate"]})
     return rows
+
+
+def summarize(steps: list[dict]) -> list[dict]:
+    """Per engine, the mean of each figure over its steps after the first (the first also pays
+    for TRL's and the engine's warm-up; with one step, that step)."""
+    out = []
+    for choice in dict.fromkeys(row["generation"] for row in steps):
+        rows = [row for row in steps if row["generation"] == choice]
+        rows = rows[1:] or rows
+        mean = {k: round(sum(row[k] for row in rows) / len(rows), 3)
+                for k in ("step_s", "gen_s", "sync_s", "exec_s", "update_s", "tokens")}
+        out.append({"generation": choice, "steps": len(rows), **mean,
+                    "gen_tokens_per_s": round(mean["tokens"] / mean["gen_s"], 2) if mean["gen_s"] else None})
+    return out
 
 
 def expert_group(task, registry, n: int) -> list[str]:
@@ -156,7 +181,10 @@ def main() -> None:
     parser.add_argument("--executors", default="local,pool", help="executors of part 2")
     parser.add_argument("--journals", help="collected runs to seed from (default: the template expert, 4 steps)")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument("--generation", default="trl",
+                        help="rollout engines to time, comma-separated: trl, ct2, ct2:QUANTIZATION (default trl)")
     parser.add_argument("--skip-steps", action="store_true", help="part 2 only")
+    parser.add_argument("--skip-execution", action="store_true", help="part 1 only")
     parser.add_argument("--out", default="bench-out/train_step.json")
     args = parser.parse_args()
 
@@ -167,21 +195,37 @@ def main() -> None:
     registry = TaskRegistry()
     task = registry.get(args.task)
     prepare(task)
+    choices = [c.strip() for c in args.generation.split(",") if c.strip()]
+    for choice in choices:
+        generation_choice(choice)  # refused before anything runs
     with tempfile.TemporaryDirectory(prefix="mleforge-train-bench-") as tmp:
         work = Path(tmp)
-        steps = [] if args.skip_steps else time_steps(args, registry, work)
-        execution = time_execution(args, task, registry, work)
-    out = {"config": {k: v for k, v in vars(args).items() if k != "out"}, "steps": steps, "execution": execution}
+        model = args.model
+        if args.tiny and not args.skip_steps:
+            sys.path.insert(0, str(ROOT))
+            from tests.train.tiny import tiny_model
+
+            model = f"hf:{tiny_model(work / 'tiny')}"
+        steps = [] if args.skip_steps else [row for c in choices for row in time_steps(args, registry, work, c, model)]
+        execution = [] if args.skip_execution else time_execution(args, task, registry, work)
+    engines = summarize(steps) if steps else []
+    out = {"config": {k: v for k, v in vars(args).items() if k != "out"}, "steps": steps, "engines": engines,
+           "execution": execution}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
     if steps:
-        keys = ("step", "step_s", "gen_s", "exec_s", "update_s", "rest_s", "overhead_share", "rest_share", "tokens")
+        keys = ("generation", "step", "step_s", "gen_s", "sync_s", "exec_s", "update_s", "rest_s", "overhead_share",
+                "rest_share", "tokens", "gen_tokens_per_s")
         print_table(f"GRPO steps ({'tiny model' if args.tiny else args.model}, {args.groups_per_step} x "
                     f"{args.group_size} rollouts, {args.max_new_tokens} new tokens)", list(keys),
                     [[row[k] for k in keys] for row in steps])
-    keys = ("executor", "workers", "cache", "group_s", "per_rollout_s", "cached_group_s")
-    print_table(f"executing one group of {args.group_size} expert completions ({args.task})", list(keys),
-                [[row[k] for k in keys] for row in execution])
+        keys = ("generation", "steps", "step_s", "gen_s", "sync_s", "exec_s", "update_s", "tokens", "gen_tokens_per_s")
+        print_table("per engine: mean over the steps after the first (with one step: that step)", list(keys),
+                    [[row[k] for k in keys] for row in engines])
+    if execution:
+        keys = ("executor", "workers", "cache", "group_s", "per_rollout_s", "cached_group_s")
+        print_table(f"executing one group of {args.group_size} expert completions ({args.task})", list(keys),
+                    [[row[k] for k in keys] for row in execution])
     print(f"wrote {args.out}")
 
 

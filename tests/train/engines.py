@@ -2,10 +2,12 @@
 (mleforge.train.generation): a tiny random model writes no runnable action, so these make
 the trainer's completions real scripts while TRL's step (loss, advantages, optimizer) runs.
 
-scripted: the completions are COMPLETIONS in turn, the same every step.
-sampled:  the model really samples (seeded by the trainer's step seed), and its sampled
-          tokens pick which of COMPLETIONS the rollout becomes: the rollouts then depend on
-          the weights and the RNG, as real ones do, which is what a resume must reproduce.
+scripted:    the completions are COMPLETIONS in turn, the same every step.
+sampled:     the model really samples (seeded by the trainer's step seed), and its sampled
+             tokens pick which of COMPLETIONS the rollout becomes: the rollouts then depend on
+             the weights and the RNG, as real ones do, which is what a resume must reproduce.
+ct2-sampled: the same with the real ct2 rollout engine (mleforge.train.ct2_rollout) doing the
+             sampling: its weight syncs, prompt layout and seeds are the ones under test.
 """
 
 from __future__ import annotations
@@ -56,8 +58,21 @@ def sampled(config, tokenizer):
     return rollout
 
 
+def ct2_sampled(config, tokenizer):
+    from mleforge.train.ct2_rollout import Ct2Rollout
+
+    class Ct2Sampled(Ct2Rollout):
+        def __call__(self, prompts, trainer):
+            out = super().__call__(prompts, trainer)
+            self.sampled = out["completion_ids"]  # what the engine drew, for the tests to read
+            return _ids(tokenizer, prompts, [COMPLETIONS[sum(ids) % len(COMPLETIONS)] for ids in self.sampled])
+
+    return Ct2Sampled(config, tokenizer)
+
+
 register_engine("scripted-test", scripted, replace=True)
 register_engine("sampled-test", sampled, replace=True)
+register_engine("ct2-sampled-test", ct2_sampled, replace=True)
 
 
 def short_prompt(state, task):

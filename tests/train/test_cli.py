@@ -1,4 +1,4 @@
-"""`mleforge train` through the CLI: two real steps (TRL's own generation, the real prompts) write
+"""`mleforge train` through the CLI: two real steps (generation auto, the real prompts) write
 every promised file and field; bad values are refused before anything heavy starts."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from mleforge.errors import MissingExtra  # noqa: E402
 from mleforge.eval.contamination import read_record  # noqa: E402
 from mleforge.policies import SamplingConfig, make_policy  # noqa: E402
 from mleforge.train.config import TrainConfig  # noqa: E402
+from mleforge.train.generation import ct2_installed  # noqa: E402
 from mleforge.train.model import require_train_extra  # noqa: E402
 from mleforge.train.records import RolloutLine, StepMetrics  # noqa: E402
 
@@ -46,7 +47,9 @@ def test_two_steps_of_mleforge_train_write_every_promised_file(tiny, titanic, jo
     assert printed["steps"] == 2 and printed["run_dir"] == str(run)
 
     config = TrainConfig.from_dict(yaml.safe_load((run / "config.yaml").read_text()))  # the full resolved config
-    assert (config.steps, config.group_size, config.generation, config.sft) == (2, 2, "trl", "none")
+    # generation auto: ct2 rollouts on a CPU where ctranslate2 is installed (the tiny Llama converts)
+    auto = "ct2" if ct2_installed() else "trl"
+    assert (config.steps, config.group_size, config.generation, config.sft) == (2, 2, auto, "none")
     assert isinstance(config.bf16, bool)  # "auto" values are resolved for this machine
     record = read_record(run)
     assert record.kind == "train" and record.tasks == ("titanic",)

@@ -33,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except MleforgeError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        from rich.markup import escape
+
+        # escaped: a message's "pip install 'mleforge[fast]'" is text, not a rich style tag
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
 
 

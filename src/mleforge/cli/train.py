@@ -14,6 +14,7 @@ from typing import Any
 from mleforge.cli.engine_options import add_engine_arguments
 from mleforge.cli.options import add_isolation_option, common
 from mleforge.cli.output import err_console, print_json, print_table
+from mleforge.policies.engines.ct2_convert import QUANTIZATIONS
 
 # flag -> (TrainConfig field, or "model.<field>")
 FLAGS = {
@@ -23,6 +24,7 @@ FLAGS = {
     "journals": "journals", "executor": "executor", "isolation": "isolation", "feedback": "feedback", "generation": "generation", "threads": "model.threads",
     "exec_workers": "exec_workers", "micro_batch": "micro_batch", "sft_steps": "sft_steps", "sft_max_length": "sft_max_length",
     "expert_steps": "expert_steps", "stepwise_states": "stepwise_states", "quantization": "quantization",
+    "rollout_quantization": "rollout_quantization", "sync_every": "sync_every",
 }
 
 
@@ -57,7 +59,16 @@ def register(subparsers) -> None:
                    help="what the states' prompts show of earlier runs: public (the public score, default) or "
                         "none (execution output only); the reward is the public score either way")
     p.add_argument("--exec-workers", type=int, help="rollouts executed at once (default: CPUs / task CPUs)")
-    p.add_argument("--generation", help="auto | trl | vllm | a registered engine (default auto)")
+    p.add_argument("--generation", help="what samples the GRPO rollouts: trl (TRL's own generate) | vllm (TRL's, "
+                                        "on a GPU) | ct2 (CTranslate2, the trained weights synced each step, a "
+                                        "group's prompt prefilled once; pip install 'mleforge[fast]') | auto "
+                                        "(the default: ct2 on a CPU where ctranslate2 is installed and converts "
+                                        "the model, vllm on a GPU where installed, else trl)")
+    p.add_argument("--rollout-quantization", choices=QUANTIZATIONS,
+                   help="--generation ct2's weight type (default: the training weights' own, float32 on a CPU; "
+                        "TRL corrects other weights' samples only on its vLLM path: int8 is faster but biased)")
+    p.add_argument("--sync-every", type=int, help="--generation ct2 takes the trained weights every this many "
+                                                  "steps (default 1; staleness is logged in metrics.jsonl)")
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--run-dir", help="run directory (default runs/train/<model>-<preset>-seed<seed>)")
     p.add_argument("--resume", metavar="RUN", help="continue the run in RUN from its last checkpoint (its own "

@@ -98,11 +98,13 @@ class FeedbackCallback(TrainerCallback):
                      "".join(json.dumps(line.to_dict(), ensure_ascii=False) + "\n" for line in lines))
         timing = self.trainer.timings.pop(step, {})
         generate_and_reward = timing.get("generate_and_reward_s", 0.0)
+        sync_s = timing.get("sync_s", 0.0)  # the rollout engine taking the weights: not generation
         metrics = step_metrics(
             step, lines, buffer_size=self.buffer.counts()["live_states"], states_added=summary.new_states,
             sampler_entropy=self.feed.batch(step).sampler_entropy,
-            gen_s=max(0.0, generate_and_reward - exec_s), exec_s=exec_s,
+            gen_s=max(0.0, generate_and_reward - exec_s - sync_s), exec_s=exec_s,
             update_s=max(0.0, step_s - timing.get("feed_s", 0.0) - generate_and_reward),
+            sync_s=sync_s, rollout_staleness=int(timing.get("rollout_staleness", 0)),
         )
         append_line(self.run_dir / METRICS_FILE, metrics.to_dict())
         if self.progress is not None:

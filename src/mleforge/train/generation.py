@@ -4,7 +4,21 @@ Three ways to generate, chosen by `TrainConfig.generation`:
 
     trl      TRL samples with the training model itself (transformers' generate)
     vllm     TRL's vLLM integration (colocated on the training GPU), weights synced each step
-    <name>   an engine registered here: it becomes TRL's `rollout_func`
+    ct2      CTranslate2 (mleforge.train.ct2_rollout; extra `[fast]`): the trained weights
+             converted and reloaded after each step, each group's prompt prefilled once
+    <name>   another engine registered here: it becomes TRL's `rollout_func`
+
+`auto` is vLLM on a GPU where it is installed (else TRL's own generate), and ct2 on a CPU
+where ctranslate2 is installed and converts the model (else TRL's own generate). On a CPU,
+ct2 rollouts sample at the training weights' type, float32 (TRL 1.16 applies its
+importance-sampling correction only on its vLLM path, so they must sample from the training
+distribution: <1e-4 nats/token away on SmolLM2's rollouts, against 0.38 for int8), and even
+so generate faster than TRL's generate: SmolLM2 with a LoRA adapter, a 1,055-token prompt,
+4 samples x 160 tokens, 1 thread, a quiet machine: transformers 51.7 s, ct2 float32 32.6 s
+plus a 1.9 s sync (int8: 25.7 s plus 1.1 s). Whole GRPO steps on the shared machine were
+too noisy to rank the engines (benchmarks/train_step.py, two runs: TRL 261 s against ct2
+58 s, then TRL 64 s against ct2 100 s, as other jobs' load moved); the update is most of
+a step there either way.
 
 An engine is a factory `factory(config, tokenizer) -> rollout(prompts, trainer)`. `rollout`
 receives this rank's rows of the step (chat messages; each group's prompt `group_size`
@@ -14,7 +28,9 @@ tokenizer's ids, one row per prompt. Logprobs of the sampled tokens let TRL corr
 engine that samples from slightly different weights (int8, last step's sync); None means
 the engine samples from the training weights. Sampling must depend only on the trainer's
 per-step seed (torch's RNG is seeded at each step's generation) so that a resumed run
-repeats its rollouts. The CTranslate2 engine registers itself here; so do tests.
+repeats its rollouts. An engine may also report what a step cost it beyond generating
+(`take_figures(step) -> {"sync_s": ..., "rollout_staleness": ...}`, see `rollout_figures`):
+metrics.jsonl logs them. Tests register engines of their own here.
 """
 
 from __future__ import annotations
@@ -23,13 +39,24 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from mleforge.errors import ConfigError
+from mleforge.errors import ConfigError, MissingExtra
 from mleforge.train.errors import TrainError
 
 BUILT_IN = ("trl", "vllm")
 RolloutFunc = Callable[[list, Any], dict]
 EngineFactory = Callable[[Any, Any], RolloutFunc]
-_ENGINES: dict[str, EngineFactory] = {}
+
+
+def _ct2(config: Any, tokenizer: Any) -> RolloutFunc:
+    # Imports torch and ctranslate2: only when a run generates with it.
+    from mleforge.train.ct2_rollout import Ct2Rollout
+
+    return Ct2Rollout(config, tokenizer)
+
+
+_ENGINES: dict[str, EngineFactory] = {"ct2": _ct2}
+# What each engine's extra is checked by before anything heavy starts: (module, package, extra).
+_EXTRAS = {"ct2": ("ctranslate2", "ctranslate2", "fast")}
 
 
 def register_engine(name: str, factory: EngineFactory, *, replace: bool = False) -> None:
@@ -49,11 +76,18 @@ def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def resolve_generation(requested: str, *, cuda: bool) -> str:
-    """`auto`: vLLM where it is installed and there is a GPU, else TRL's own generate. An
-    explicit choice that cannot work here is refused with the fix."""
+def ct2_installed() -> bool:
+    return importlib.util.find_spec("ctranslate2") is not None
+
+
+def resolve_generation(requested: str, *, cuda: bool, converts: Callable[[], bool] | None = None) -> str:
+    """`auto`: on a GPU vLLM where it is installed, on a CPU ct2 where ctranslate2 is installed
+    and `converts()` says the model converts (no `converts`: not asked), else TRL's own
+    generate. An explicit choice that cannot work here is refused with the fix."""
     if requested == "auto":
-        return "vllm" if cuda and vllm_installed() else "trl"
+        if cuda:
+            return "vllm" if vllm_installed() else "trl"
+        return "ct2" if converts is not None and ct2_installed() and converts() else "trl"
     if requested == "vllm":
         if not vllm_installed():
             raise TrainError("generation vllm needs the vllm package (pip install vllm, on a CUDA machine); "
@@ -63,6 +97,10 @@ def resolve_generation(requested: str, *, cuda: bool) -> str:
         return requested
     if requested != "trl" and requested not in _ENGINES:
         raise ConfigError(f"generation: got {requested!r}; expected one of {', '.join(engine_names())}")
+    if requested in _EXTRAS:
+        module, package, extra = _EXTRAS[requested]
+        if importlib.util.find_spec(module) is None:
+            raise MissingExtra(package, extra, f"generation {requested} (GRPO rollouts on {package})")
     return requested
 
 
@@ -82,3 +120,18 @@ def rollout_func_for(backend: str, config: Any, tokenizer: Any) -> RolloutFunc |
     if backend in BUILT_IN:
         return None
     return _ENGINES[backend](config, tokenizer)
+
+
+def rollout_figures(rollout: RolloutFunc | None, step: int) -> dict[str, float]:
+    """What `rollout` reported for `step` (taken once): its weight sync's seconds and the
+    staleness of the weights it sampled from; {} for TRL's own generation and engines that
+    report nothing."""
+    take = getattr(rollout, "take_figures", None)
+    return dict(take(step)) if callable(take) else {}
+
+
+def close_rollout(rollout: RolloutFunc | None) -> None:
+    """Release what an engine holds (its converted weights) at the end of training."""
+    close = getattr(rollout, "close", None)
+    if callable(close):
+        close()

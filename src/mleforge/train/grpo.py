@@ -24,6 +24,8 @@ A run directory holds
                                as given (before any warm start); after, final/. The same
                                states (from stepwise/expert/, template-expert journals of the
                                eval tasks) and sampling both times
+    ct2-rollouts/rank-<i>/     generation ct2: the engine's converted weights while it runs
+                               (deleted at the end, and when a killed run resumes)
     final/                     the trained adapter (or model): `hf:<run>/final`
     report/                    `mleforge report <run>`, written at the end
 
@@ -147,17 +149,41 @@ def preflight(config: TrainConfig, registry: Any) -> Plan:
     if config.sequences_per_step % (config.micro_batch * world):
         raise TrainError(f"{config.sequences_per_step} sequences a step do not split into micro-batches of "
                          f"{config.micro_batch} on {world} processes; change --groups-per-step or micro_batch")
-    backend = resolve_generation(config.generation, cuda=device.startswith("cuda"))
+    backend = resolve_generation(config.generation, cuda=device.startswith("cuda"),
+                                 converts=lambda: ct2_architecture_problem(source, config.model.spec) is None)
+    if backend == "ct2" and config.generation == "ct2":
+        problem = ct2_architecture_problem(source, config.model.spec)
+        if problem is not None:
+            raise TrainError(f"--generation ct2: {problem}; use --generation trl")
     bf16 = resolve_bf16(config.bf16, device, torch)
     resolved = config.replace(generation=backend, bf16=bf16)
     return Plan(resolved, tasks, eval_tasks, source, device, world)
+
+
+def ct2_architecture_problem(source: ModelSource, spec: str) -> str | None:
+    """Why ctranslate2 cannot convert the model (read from its config alone), or None."""
+    from transformers import AutoConfig
+
+    from mleforge.policies.engines.ct2_convert import architecture_converts
+
+    base = Path(source.base)
+    options = {"gguf_file": base.name} if source.base.endswith(".gguf") else {}
+    try:
+        model_config = AutoConfig.from_pretrained(base.parent if options else source.base, local_files_only=True,
+                                                  **options)
+    except (OSError, ValueError) as exc:
+        raise TrainError(f"--model {spec} does not load: {exc}") from None
+    if not architecture_converts(model_config):
+        return f"CTranslate2 cannot convert {type(model_config).__name__} models ({spec})"
+    return None
 
 
 def _record(plan: Plan, status: str, **extra: Any) -> dict[str, Any]:
     c = plan.config
     return {"kind": "train", "tasks": [t.id for t in plan.tasks], "eval_tasks": [t.id for t in plan.eval_tasks],
             "policy": c.model.spec, "model": c.model.spec, "preset": c.preset, "seed": c.seed, "steps": c.steps,
-            "sampler": c.sampler, "buffer_growth": c.buffer_growth, "sft": c.sft, "status": status, **extra}
+            "sampler": c.sampler, "buffer_growth": c.buffer_growth, "sft": c.sft, "generation": c.generation,
+            "status": status, **extra}
 
 
 def train(config: TrainConfig, run_dir: str | Path | None = None, *, registry: Any = None, progress: bool = True,
@@ -480,10 +506,14 @@ class Training:
     progress: Any
     full: bool
     base_spec: str
+    rollout: Any = None  # the engine's rollout_func (generation ct2 ...); None for TRL's own
 
     def close(self) -> None:
+        from mleforge.train.generation import close_rollout
+
         self.progress.close()
         self.reward.close()
+        close_rollout(self.rollout)
 
 
 def build_trainer(plan: Plan, folder: Path, spec: str, buffer: Any, executor: Any, *, renderer: Any = None,
@@ -529,11 +559,11 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: Any, executor: An
         use_cpu=loaded.device == "cpu", remove_unused_columns=False, log_completions=False, disable_dropout=True,
         dataloader_num_workers=0, **trl_generation_args(config, config.generation),
     )
+    rollout = rollout_func_for(config.generation, config, loaded.tokenizer)
     trainer = CurriculumGRPOTrainer(
         model=loaded.model, reward_funcs=[reward], args=args,
         train_dataset=Dataset.from_list(placeholder_rows(config.groups_per_step)),
-        processing_class=loaded.tokenizer, peft_config=loaded.peft_config,
-        rollout_func=rollout_func_for(config.generation, config, loaded.tokenizer),
+        processing_class=loaded.tokenizer, peft_config=loaded.peft_config, rollout_func=rollout,
         feed=feed, run_seed=config.seed,
     )
     for printer in (PrinterCallback, ProgressCallback):  # our own bar and metrics.jsonl instead
@@ -549,4 +579,4 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: Any, executor: An
     ):
         trainer.add_callback(callback)
 
-    return Training(trainer, reward, feed, bar, loaded.full, loaded.base_spec)
+    return Training(trainer, reward, feed, bar, loaded.full, loaded.base_spec, rollout)

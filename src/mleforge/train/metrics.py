@@ -69,6 +69,8 @@ def step_metrics(
     gen_s: float,
     exec_s: float,
     update_s: float,
+    sync_s: float = 0.0,
+    rollout_staleness: int = 0,
 ) -> StepMetrics:
     groups: dict[int, list[float | None]] = {}
     for line in lines:
@@ -80,6 +82,7 @@ def step_metrics(
         **outcome_rates([line.outcome for line in lines]),
         frac_zero_std_groups=frac_tied_groups(list(groups.values())),
         buffer_size=buffer_size, states_added=states_added, sampler_entropy=sampler_entropy,
-        gen_s=round(gen_s, 3), exec_s=round(exec_s, 3), update_s=round(update_s, 3),
+        gen_s=round(gen_s, 3), exec_s=round(exec_s, 3), update_s=round(update_s, 3), sync_s=round(sync_s, 3),
+        rollout_staleness=rollout_staleness,
         tokens=sum(line.completion_tokens for line in lines), cache_hits=sum(line.cached for line in lines),
     )

@@ -63,7 +63,10 @@ class StepMetrics:
     ones; frac_zero_std_groups over groups with a scored rollout; sampler_entropy is the
     entropy (nats) of the sampler's distribution over the snapshot the step drew from;
     tokens: completion tokens generated; the seconds are wall time of generation, of the
-    reward (parse, execute, grade), and of the rest of the step (loss, backward, optimizer)."""
+    reward (parse, execute, grade), and of the rest of the step (loss, backward, optimizer);
+    sync_s: a rollout engine's taking the trained weights (ct2: convert and load; 0 for
+    TRL's own generation), counted apart from gen_s; rollout_staleness: optimizer steps
+    between the weights the rollouts sampled from and the step's (0: current)."""
 
     step: int
     reward_mean: float | None
@@ -87,15 +90,18 @@ class StepMetrics:
     update_s: float
     tokens: int
     cache_hits: int
+    sync_s: float = 0.0
+    rollout_staleness: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepMetrics:
-        return _from(cls, data)
+        # Runs written before sync_s and rollout_staleness existed read as TRL-generated ones.
+        return _from(cls, {"sync_s": 0.0, "rollout_staleness": 0, **data})
 
 
 # Fields that depend on the machine and the result cache, not on the run: two runs of one
 # seed (or one run and its resumed twin) differ only in these.
-VOLATILE_FIELDS = ("gen_s", "exec_s", "update_s", "cache_hits")
+VOLATILE_FIELDS = ("gen_s", "exec_s", "update_s", "sync_s", "cache_hits")

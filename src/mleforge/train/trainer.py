@@ -7,7 +7,9 @@ This subclass changes one method. When TRL generates for a step it gets placehol
 seeds torch's RNG from (seed, step, rank) first, so a step's sampling, the shuffle of its
 batch and anything else random in it depend only on the seed and the step, whether the run
 went straight through or was resumed from a checkpoint. It also times the step's
-generation and reward (mleforge.train.feedback turns them into metrics).
+generation and reward, and takes what a rollout engine reports of the step (its weight
+sync's seconds, the staleness of the weights it sampled from); mleforge.train.feedback
+turns them into metrics.
 
 Imports TRL: use it only where the `train` extra is installed.
 """
@@ -23,6 +25,7 @@ from trl import GRPOTrainer
 
 from mleforge.policies.base import derive_seed
 from mleforge.train.feed import CurriculumFeed
+from mleforge.train.generation import rollout_figures
 
 
 def step_seed(seed: int, step: int, rank: int) -> int:
@@ -47,5 +50,6 @@ class CurriculumGRPOTrainer(GRPOTrainer):
             torch.cuda.manual_seed_all(seed)
         drawn = time.perf_counter()
         output = super()._generate_and_score_completions(rows)
-        self.timings[step].update(feed_s=drawn - started, generate_and_reward_s=time.perf_counter() - drawn)
+        self.timings[step].update(feed_s=drawn - started, generate_and_reward_s=time.perf_counter() - drawn,
+                                  **rollout_figures(self.rollout_func, step))
         return output

@@ -92,24 +92,28 @@ class Ct2Engine:
         self.last_sync: SyncReport | None = None  # set by from_model and sync
         self.conversion: Any = None  # the CachedConversion it loaded, set by the policy
         self.load_s = 0.0
+        self.temp_root: str | Path | None = None  # where sync puts its conversions (from_model)
         self._load()
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, *, quantization: str | None = None,
                    device: str = "cpu", num_threads: int | None = None,
-                   max_batch_size: int = 16) -> Ct2Engine:
+                   max_batch_size: int = 16, temp_root: str | Path | None = None) -> Ct2Engine:
         """An engine on an in-memory transformers model (a peft model's LoRA merged), converted
-        into a temporary folder that the engine deletes when it closes."""
+        into a temporary folder that the engine deletes when it closes (and syncs). The folders
+        are made in `temp_root` (None: the system's temporary directory), so a trainer can keep
+        them where it can clean up after a killed process."""
         from mleforge.policies.engines.transformers import eos_token_ids
 
         quantization = quantization or default_quantization(device.split(":")[0])
         started = time.perf_counter()
-        folder = convert_model(model, tokenizer, _temporary_folder(), quantization)
+        folder = convert_model(model, tokenizer, _temporary_folder(temp_root), quantization)
         engine = cls(folder, tokenizer, eos_token_ids(getattr(model, "generation_config", None),
                                                       tokenizer),
                      device=device, num_threads=num_threads, max_batch_size=max_batch_size,
                      context_length=getattr(model.config, "max_position_embeddings", None),
                      quantization=quantization, owned_folder=True)
+        engine.temp_root = temp_root
         engine.last_sync = SyncReport(time.perf_counter() - started - engine.load_s,
                                       engine.load_s, _size(folder), quantization)
         return engine
@@ -120,7 +124,7 @@ class Ct2Engine:
         The tokenizer and settings stay."""
         quantization = self.quantization or default_quantization(self._device.split(":")[0])
         started = time.perf_counter()
-        folder = convert_model(model, self._tokenizer, _temporary_folder(), quantization)
+        folder = convert_model(model, self._tokenizer, _temporary_folder(self.temp_root), quantization)
         convert_s = time.perf_counter() - started
         old, old_owned = self._folder, self._owned
         self._folder, self._owned, self.quantization = folder, True, quantization
@@ -313,8 +317,10 @@ def plan_groups(lengths: Sequence[int], samples: int, max_batch_size: int,
     return batches
 
 
-def _temporary_folder() -> Path:
-    return Path(tempfile.mkdtemp(prefix="mleforge-ct2-"))
+def _temporary_folder(root: str | Path | None = None) -> Path:
+    if root is not None:
+        Path(root).mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="mleforge-ct2-", dir=root))
 
 
 def _size(folder: Path) -> int:
