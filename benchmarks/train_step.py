@@ -28,6 +28,11 @@ $MLEFORGE_DATA. Writes JSON to --out and prints tables.
 
 from __future__ import annotations
 
+import os
+
+# As the CLI does (mleforge.cli.main): OpenMP threads sleep when idle, set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import asyncio
 import json
