@@ -59,15 +59,18 @@ def _skip_reason(case, executor) -> str | None:
 
 
 # Known holes, kept visible: each fails strictly until it is closed (then the xfail fails).
-# As a user, bwrap's own reaper (pid 1 of a local run) has the script's uid and is dumpable,
-# so the script can ptrace it and pick the exit status bwrap reports. It holds no status pipe
-# (only bwrap's eventfd), so the worst is a run that raises a SandboxError (the supervisor
-# killed, status 0 reported) or one the script made a crash, never a believed clean exit.
-# bwrap's --as-pid-1 (the non-dumpable supervisor as pid 1) would close it, but also makes the
-# supervisor unkillable from inside, which changes what kill_parent, stop_parent, the forged
-# status cases and daemon_after_supervisor_kill expect. The pool's init is non-dumpable.
+# As a user, bwrap's own reaper (pid 1 of a local run) has the script's uid and is dumpable.
+# Attaching to it is closed: the seccomp filter denies ptrace and process_vm_readv/writev
+# (seccomp.py), and the script's Landlock domain denies /proc/1/mem, environ, maps and the
+# fd/N links (supervisor._landlock_scope). What is left: the script can list /proc/1/fd (the
+# descriptor numbers, not what they are), because that directory's permission is its owner's
+# uid, which only a non-dumpable pid 1 would change. bwrap's --as-pid-1 (the non-dumpable
+# supervisor as pid 1) would close that, but also makes the supervisor unkillable from inside,
+# which changes what kill_parent, stop_parent, the forged status cases and
+# daemon_after_supervisor_kill expect. The pool's init is non-dumpable.
 KNOWN_HOLES = {
-    ("ptrace_ancestors", "local", "bwrap", False): "a user's local bwrap run can ptrace bwrap's pid 1",
+    ("ptrace_ancestors", "local", "bwrap", False): "a user's local bwrap run can list /proc/1/fd of bwrap's pid 1 "
+                                                     "(ptrace and /proc/1/mem are denied)",
 }
 
 

@@ -62,3 +62,4 @@ def test_the_descriptor_reads_back_the_program_to_eof():
         assert os.read(fd, 1000) == b""  # EOF: bwrap reads to it
     finally:
         os.close(fd)
+

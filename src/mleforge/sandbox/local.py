@@ -95,6 +95,7 @@ class Isolation:
     bwrap_version: str | None = None  # "0.11.0"
     bwrap_source: str | None = None  # "system", "bundled" or "MLEFORGE_BWRAP"
     seccomp: str | None = None  # under bwrap: seccomp.status(), "ptrace denied" where the filter is on
+    landlock: str | None = None  # under bwrap: seccomp.landlock_status()
 
     def describe(self) -> str:
         """One line for logs, run configs and reports: "bwrap 0.11.0 (bundled: /path)" or "none"."""
@@ -104,7 +105,8 @@ class Isolation:
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "bwrap": self.bwrap, "bwrap_version": self.bwrap_version,
-                "bwrap_source": self.bwrap_source, "as_root": self.as_root, "seccomp": self.seccomp}
+                "bwrap_source": self.bwrap_source, "as_root": self.as_root, "seccomp": self.seccomp,
+                "landlock": self.landlock}
 
 
 def requested_isolation(isolation: str | None) -> str:
@@ -241,7 +243,8 @@ class LocalExecutor(BatchRuns):
             reasons = []
             for path, source in candidates:
                 candidate = Isolation("bwrap", path, as_root, bwrap_version=bw.version_text(bw.bwrap_version(path)),
-                                      bwrap_source=source, seccomp=seccomp.status())
+                                      bwrap_source=source, seccomp=seccomp.status(),
+                                      landlock=seccomp.landlock_status())
                 why = self._probe(candidate)
                 if why is None:
                     log.info("sandbox: %s", candidate.describe())
@@ -590,6 +593,9 @@ def supervisor_config(
         "drop_to": None,
         "subreaper": not sandboxed,  # inside bwrap the pid namespace does this job
         "pdeathsig": not sandboxed,  # inside bwrap --die-with-parent does
+        # The script in a Landlock domain of its own: /proc/<pid>/mem of bwrap's pid 1
+        # closed to it (see supervisor._landlock_scope).
+        "landlock": sandboxed,
     }
 
 

@@ -116,3 +116,17 @@ def filter_fd(program: bytes) -> int:
     finally:
         os.close(write)
     return read
+
+
+def landlock_status() -> str:
+    """What the isolation record says about the Landlock domain the supervisor puts the
+    script in (supervisor._landlock_scope): this kernel's Landlock ABI, or why none."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION): the ABI version.
+    abi = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    if abi < 0:
+        return f"off (no Landlock here: {os.strerror(ctypes.get_errno())})"
+    return f"/proc of processes outside the script denied (ABI {abi})"
