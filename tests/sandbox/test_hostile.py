@@ -59,16 +59,12 @@ def _skip_reason(case, executor) -> str | None:
 
 
 # Known holes, kept visible: each fails strictly until it is closed (then the xfail fails).
-# As a user, bwrap's own reaper (pid 1 of a local run) has the script's uid and is dumpable,
-# so the script can ptrace it and pick the exit status bwrap reports. It holds no status pipe
-# (only bwrap's eventfd), so the worst is a run that raises a SandboxError (the supervisor
-# killed, status 0 reported) or one the script made a crash, never a believed clean exit.
-# bwrap's --as-pid-1 (the non-dumpable supervisor as pid 1) would close it, but also makes the
-# supervisor unkillable from inside, which changes what kill_parent, stop_parent, the forged
-# status cases and daemon_after_supervisor_kill expect. The pool's init is non-dumpable.
-KNOWN_HOLES = {
-    ("ptrace_ancestors", "local", "bwrap", False): "a user's local bwrap run can ptrace bwrap's pid 1",
-}
+# None now. The last one: as a user, bwrap's own reaper (pid 1 of a local run) has the
+# script's uid and is dumpable; attaching to it is closed by the seccomp filter (ptrace,
+# process_vm_readv/writev denied: seccomp.py) and the script's Landlock domain (/proc/1/mem,
+# environ and the fd/N links denied: supervisor._landlock_scope). The script can still list
+# /proc/1/fd's numbers (that folder's permission is its owner's uid), which reaches nothing.
+KNOWN_HOLES: dict[tuple[str, str, str, bool], str] = {}
 
 
 def _known_hole(case, executor) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -264,6 +265,9 @@ def test_the_bwrap_used_is_recorded(canary, tmp_path, monkeypatch):
     assert result.bwrap == chosen.bwrap
     assert result.bwrap_version == bw.version_text(bw.bwrap_version(chosen.bwrap)) != "unknown"
     assert ExecutionResult.from_dict(result.to_dict()).bwrap_version == result.bwrap_version
+    # The seccomp filter is on (where the architecture is known), and the record says so.
+    assert chosen.to_dict()["seccomp"] == ("ptrace denied" if platform.machine() in ("x86_64", "aarch64") else
+                                           f"off (no filter for architecture {platform.machine()!r})")
     if bundled is not None:  # the bundled one alone, as on a machine without the system's
         monkeypatch.setenv("MLEFORGE_BWRAP", bundled)
         with LocalExecutor("auto", base_dir=tmp_path) as executor:

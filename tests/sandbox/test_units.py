@@ -190,3 +190,10 @@ def test_private_data_under_anything_the_sandbox_sees_is_refused(tmp_path):
                                        public_dir=tmp_path / "elsewhere"), (str(tmp_path),))
     require_hidden(SimpleNamespace(private_dir=tmp_path / "p", answers_path=tmp_path / "p" / "a.csv",
                                    public_dir=tmp_path / "pub"), ())
+
+
+def test_bwrap_args_load_the_seccomp_filter_last(tmp_path):
+    plan = _plan(False, tmp_path)
+    args = bwrap_args(BwrapPlan(**{**plan.__dict__, "seccomp_fd": 7}))
+    assert args[-4:] == ["--remount-ro", "/", "--seccomp", "7"]
+    assert "--seccomp" not in bwrap_args(plan)

@@ -15,7 +15,8 @@ Inside the sandbox the script sees:
 and nothing else: not the data root, not the private answers, not the user's
 home, not the project checkout (a virtual environment inside it is bound alone).
 Namespaces: new pid, network (loopback only, no route out), ipc, uts and cgroup
-ones; the root of the tree is read-only.
+ones; the root of the tree is read-only. A seccomp filter (seccomp.py) denies
+ptrace and process_vm_readv/writev to everything inside.
 
 Two ways to run it, picked by who we are:
 
@@ -150,6 +151,7 @@ class BwrapPlan:
     ro_binds: tuple[str, ...]  # interpreter prefixes and extra paths, bound at their own paths
     shm_mb: int
     version: tuple[int, ...] = (0, 8)  # of bwrap: --disable-userns needs 0.8, --size 0.7
+    seccomp_fd: int | None = None  # a descriptor holding seccomp.program_for()'s filter (passed on)
 
 
 def _parents(path: str) -> list[str]:
@@ -183,7 +185,13 @@ def bwrap_args(plan: BwrapPlan) -> list[str]:
     for root in under_tmp:
         args += ["--ro-bind", root, root]
     args += ["--chdir", SANDBOX_WORKSPACE, "--remount-ro", "/"]
-    return args
+    return args + seccomp_args(plan.seccomp_fd)
+
+
+def seccomp_args(fd: int | None) -> list[str]:
+    """bwrap loads the filter (no ptrace, see seccomp.py) into the command it runs,
+    after its own setup: the supervisor and all it starts live under it."""
+    return [] if fd is None else ["--seccomp", str(fd)]
 
 
 _NAMESPACES = ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try")
@@ -232,6 +240,7 @@ class ZygotePlan:
     passwd: Path
     group: Path
     ro_binds: tuple[str, ...]
+    seccomp_fd: int | None = None  # as in BwrapPlan
 
 
 def zygote_args(plan: ZygotePlan) -> list[str]:
@@ -257,7 +266,7 @@ def zygote_args(plan: ZygotePlan) -> list[str]:
     if plan.public_dir is not None:
         args += ["--ro-bind", str(plan.public_dir), f"{ZYGOTE_ROOT}/input"]
     args += ["--chdir", "/", "--remount-ro", "/"]
-    return args
+    return args + seccomp_args(plan.seccomp_fd)
 
 
 def passwd_text(uid: int, gid: int) -> tuple[str, str]:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from mleforge.errors import ConfigError, SandboxError
 from mleforge.sandbox import bwrap as bw
+from mleforge.sandbox import seccomp
 from mleforge.sandbox.batch import BatchRuns
 from mleforge.sandbox.env import sandbox_env
 from mleforge.sandbox.interpreter import exposes, python_roots, supervisor_command
@@ -93,16 +94,19 @@ class Isolation:
     warnings: tuple[str, ...] = ()
     bwrap_version: str | None = None  # "0.11.0"
     bwrap_source: str | None = None  # "system", "bundled" or "MLEFORGE_BWRAP"
+    seccomp: str | None = None  # under bwrap: seccomp.status(), "ptrace denied" where the filter is on
+    landlock: str | None = None  # under bwrap: seccomp.landlock_status()
 
     def describe(self) -> str:
         """One line for logs, run configs and reports: "bwrap 0.11.0 (bundled: /path)" or "none"."""
         if self.kind != "bwrap":
             return "none"
-        return f"bwrap {self.bwrap_version or 'unknown'} ({self.bwrap_source}: {self.bwrap})"
+        return f"bwrap {self.bwrap_version or 'unknown'} ({self.bwrap_source}: {self.bwrap}; seccomp: {self.seccomp})"
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "bwrap": self.bwrap, "bwrap_version": self.bwrap_version,
-                "bwrap_source": self.bwrap_source, "as_root": self.as_root}
+                "bwrap_source": self.bwrap_source, "as_root": self.as_root, "seccomp": self.seccomp,
+                "landlock": self.landlock}
 
 
 def requested_isolation(isolation: str | None) -> str:
@@ -239,7 +243,8 @@ class LocalExecutor(BatchRuns):
             reasons = []
             for path, source in candidates:
                 candidate = Isolation("bwrap", path, as_root, bwrap_version=bw.version_text(bw.bwrap_version(path)),
-                                      bwrap_source=source)
+                                      bwrap_source=source, seccomp=seccomp.status(),
+                                      landlock=seccomp.landlock_status())
                 why = self._probe(candidate)
                 if why is None:
                     log.info("sandbox: %s", candidate.describe())
@@ -333,14 +338,17 @@ class LocalExecutor(BatchRuns):
         """Start the run's processes in a ready workspace and watch them until they are
         gone: (what was seen, the CPU time to report if the supervisor could not)."""
         status_r, status_w = os.pipe()
+        filter_fd = seccomp_fd(isolation)
         try:
-            command, env, cwd = self._command(ws, run_id, public_dir, limits, isolation, uid, status_w)
+            command, env, cwd = self._command(ws, run_id, public_dir, limits, isolation, uid, status_w, filter_fd)
         except BaseException:
-            os.close(status_r)
-            os.close(status_w)
+            for fd in (status_r, status_w, filter_fd):
+                if fd is not None:
+                    os.close(fd)
             raise
-        # From here on _spawn_and_watch owns (and closes) both ends.
-        return self._spawn_and_watch(command, env, cwd, (status_r, status_w), ws, run_id, limits, isolation, cancel)
+        # From here on _spawn_and_watch owns (and closes) all three.
+        return self._spawn_and_watch(command, env, cwd, (status_r, status_w), ws, run_id, limits, isolation, cancel,
+                                     filter_fd)
 
     def _command(
         self,
@@ -351,6 +359,7 @@ class LocalExecutor(BatchRuns):
         isolation: Isolation,
         uid: int | None,
         status_fd: int,
+        filter_fd: int | None = None,
     ) -> tuple[list[str], dict[str, str], str]:
         sandboxed = isolation.kind == "bwrap"
         inside = bw.SANDBOX_WORKSPACE if sandboxed else str(ws.path)
@@ -371,7 +380,7 @@ class LocalExecutor(BatchRuns):
             bwrap=binary, as_root=isolation.as_root, workspace=ws.path,
             public_dir=public_dir, passwd=ws.run_dir / "passwd", group=ws.run_dir / "group",
             ro_binds=self._ro_binds(), shm_mb=max(64, limits.memory_mb // 2),
-            version=bw.bwrap_version(binary),
+            version=bw.bwrap_version(binary), seccomp_fd=filter_fd,
         )
         command = [*bw.bwrap_args(plan), "--", *supervisor_command(self.python, run_id, config)]
         return command, env, str(ws.run_dir)
@@ -387,19 +396,22 @@ class LocalExecutor(BatchRuns):
         limits: RunLimits,
         isolation: Isolation,
         cancel: threading.Event | None,
+        filter_fd: int | None = None,
     ) -> tuple[Watched, float]:
         status_r, status_w = status_pipe
+        passed = (status_w,) if filter_fd is None else (status_w, filter_fd)
         started = time.monotonic()
         try:
             proc = subprocess.Popen(
                 command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, pass_fds=(status_w,), start_new_session=True,
+                stderr=subprocess.PIPE, pass_fds=passed, start_new_session=True,
             )
         except OSError as exc:
             os.close(status_r)
             raise SandboxError(f"cannot start {command[0]}: {exc}") from exc
         finally:
-            os.close(status_w)  # the child has its copy; EOF then means the run is gone
+            for fd in passed:  # the child has its copies; EOF on the status pipe then means the run is gone
+                os.close(fd)
 
         def kill(thorough: bool) -> None:
             kill_group(proc.pid)  # bwrap: takes its pid namespace with it
@@ -527,6 +539,15 @@ def run_memory_limit_kb(limits: RunLimits, baseline_kb: int = 0) -> int:
     return (limits.memory_mb + RUN_MEMORY_SLACK_MB) * 1024 + baseline_kb
 
 
+def seccomp_fd(isolation: Isolation) -> int | None:
+    """A descriptor holding the seccomp filter for a bwrap launch (see seccomp.py), or
+    None: no bwrap, or no filter for this machine's architecture (recorded as such)."""
+    if isolation.kind != "bwrap":
+        return None
+    program = seccomp.program_for()
+    return None if program is None else seccomp.filter_fd(program)
+
+
 def visible_roots(ro_binds: Sequence[str]) -> tuple[str, ...]:
     """Every host folder or file a sandbox sees: the system folders, the /etc entries,
     the interpreter's prefixes and extra binds (see bwrap.py)."""
@@ -572,6 +593,9 @@ def supervisor_config(
         "drop_to": None,
         "subreaper": not sandboxed,  # inside bwrap the pid namespace does this job
         "pdeathsig": not sandboxed,  # inside bwrap --die-with-parent does
+        # The script in a Landlock domain of its own: /proc/<pid>/mem of bwrap's pid 1
+        # closed to it (see supervisor._landlock_scope).
+        "landlock": sandboxed,
     }
 
 

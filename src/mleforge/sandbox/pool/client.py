@@ -71,19 +71,26 @@ class Zygote:
     _send_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def start(cls, key: tuple, command: list[str], env: dict, cwd: str, config: dict, log_path: Path) -> Zygote:
+    def start(
+        cls, key: tuple, command: list[str], env: dict, cwd: str, config: dict, log_path: Path,
+        pass_fds: tuple[int, ...] = (),
+    ) -> Zygote:
+        """`pass_fds`: further descriptors the command reads (bwrap's seccomp filter);
+        closed here once the zygote has them, as the control socket's end is."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             with open(log_path, "ab") as log:
                 proc = subprocess.Popen(
                     [*command, str(child.fileno())], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=log, pass_fds=(child.fileno(),), start_new_session=True,
+                    stdout=log, stderr=log, pass_fds=(child.fileno(), *pass_fds), start_new_session=True,
                 )
         except OSError as exc:
             parent.close()
             raise SandboxError(f"cannot start the warm pool's zygote ({command[0]}): {exc}") from exc
         finally:
             child.close()
+            for fd in pass_fds:
+                os.close(fd)
         zygote = cls(key, proc, parent, {}, log_path)
         try:
             parent.send(_sources())

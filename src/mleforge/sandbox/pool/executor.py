@@ -74,6 +74,7 @@ from mleforge.sandbox.local import (
     LocalExecutor,
     _rlimits,
     run_memory_limit_kb,
+    seccomp_fd,
     supervisor_config,
 )
 from mleforge.sandbox.pool.client import RUN_ID_SLOT, RunChannel, Zygote, ZygoteGone, zygote_command
@@ -208,15 +209,17 @@ class PoolExecutor(LocalExecutor):
         folder.mkdir(mode=0o700, exist_ok=True)
         log_path = folder / f"zygote-{self._started}.log"
         command = zygote_command(self.python)
+        filter_fd = None
         if sandboxed:
             _private_dir(session.kept_dir)
             passwd, group = bw.passwd_text(bw.SANDBOX_UID, bw.SANDBOX_UID)
             (folder / "passwd").write_text(passwd)
             (folder / "group").write_text(group)
+            filter_fd = seccomp_fd(isolation)  # ptrace denied in the zygote and every run it forks
             plan = bw.ZygotePlan(
                 bwrap=isolation.bwrap or "bwrap", as_root=isolation.as_root, session=session.path, kept=session.kept_dir,
                 public_dir=public_dir, passwd=folder / "passwd", group=folder / "group",
-                ro_binds=self._ro_binds(),
+                ro_binds=self._ro_binds(), seccomp_fd=filter_fd,
             )
             command = [*bw.zygote_args(plan), "--", *command]
         env = sandbox_env(
@@ -234,7 +237,8 @@ class PoolExecutor(LocalExecutor):
             # /tmp (a CI clone there): each run binds these again on top of it.
             "tmp_roots": [r for r in self._ro_binds() if r.startswith("/tmp/")] if sandboxed else [],
         }
-        zygote = Zygote.start(key, command, env, str(session.path), config, log_path)
+        zygote = Zygote.start(key, command, env, str(session.path), config, log_path,
+                              () if filter_fd is None else (filter_fd,))
         if zygote.ready.get("failed"):
             log.info("the warm pool could not preload %s", ", ".join(zygote.ready["failed"]))
         return zygote
