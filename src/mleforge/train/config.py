@@ -2,16 +2,15 @@
 
 The defaults are the `cpu` preset, the main job (`mleforge train` with no arguments): the
 bundled Qwen2.5-Coder-0.5B with LoRA, on the lite tasks, on a CPU. A GRPO step there costs
-about four forward passes of the model over every token of every sequence of the step (one
-to generate, three to train with gradient checkpointing), and the prompt is most of those
-tokens: the compact profile's ~1,100 (the full improve prompt of titanic is 3,600). From
-the measured CTranslate2 int8 prefill (14 s for 3,600 tokens on 2 cores; float32 torch is
-~3x slower) a float32 step costs about a minute per sequence, so a step holds one state x
-4 rollouts, completions are capped at 160 tokens (an edit block, not a whole script), and
-the seeds are the debug and improve states of expert journals (their answers are such
-edits): 6 steps for the 20-30 minutes of the main job, and an --sft auto warm start of 8
-single-sample steps. These are estimates; `benchmarks/train_step.py` measures a step on
-the real model. `gpu-1x` (`PRESETS`) overrides them for one GPU. Values are checked here, without touching the file
+a generation (CTranslate2, a group's prompt prefilled once) and a forward and backward pass
+over every token of every sequence, and the prompt is most of those tokens: the compact
+profile's 1,200-1,550 (the full improve prompt of titanic is 3,600). So a step holds one
+state x 4 rollouts, completions are capped at 192 tokens (the template expert's short
+compact edits are 55-188), the seeds are the debug and improve states of expert journals
+(their answers are such edits), 6 steps, and an --sft auto warm start of 8 single-sample
+steps. Measured on 2 cores (README, "The cpu preset"): a first GRPO step of 121 s
+(generation 51, sync 12.5, update 58), SFT 8 steps 5:55; the warm start is still too short
+for the model to write well-formed edits. `gpu-1x` (`PRESETS`) overrides them for one GPU. Values are checked here, without touching the file
 system; what depends on the machine (extras, the model, the tasks) is checked by
 `mleforge.train.grpo.preflight` before anything heavy starts.
 """
