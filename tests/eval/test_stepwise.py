@@ -19,6 +19,7 @@ from mleforge.eval.stepwise import (
     COMPARE_COLUMNS,
     StepwiseRecord,
     StepwiseResult,
+    compare_stages,
     compare_stepwise,
     run_stepwise,
     stepwise_states,
@@ -165,6 +166,24 @@ def test_compare_stepwise_rows():
     # improve states are s1 and s3: before [0, 0] (SEM 0), after [1, 0]
     assert rows[3] == ("improved on best % (improve states)", "0.0 ± 0.0", "50.0 ± 50.0", "+50.0 ± 50.0")
     assert rows[4] == ("states", "4", "4", "–")
+
+
+def test_compare_stages_puts_each_change_apart():
+    before = _result("base", ["format_error", "format_error", "valid", "execution_error"], [0.0, 0.0, 0.5, 0.0])
+    warm = _result("sft", ["valid", "format_error", "valid", "execution_error"], [0.5, 0.0, 0.5, 0.0])
+    after = _result("tuned", ["valid", "valid", "valid", "format_error"], [0.5, 0.75, 0.5, 0.0])
+    assert compare_stages([("before", before), ("after", after)]) == (COMPARE_COLUMNS, compare_stepwise(before,
+                                                                                                       after))
+    columns, rows = compare_stages([("before", before), ("after SFT", warm), ("after", after)])
+    assert columns == ("metric", "before", "after SFT", "after", "after SFT − before", "after − after SFT")
+    # valid: before [0,0,1,0] 25 ± 25; sft [1,0,1,0] mean 50, SEM sqrt((4 * 0.25 / 3) / 4) = 28.9; after 75 ± 25
+    assert rows[1] == ("valid %", "25.0 ± 25.0", "50.0 ± 28.9", "75.0 ± 25.0", "+25.0 ± 38.2", "+25.0 ± 38.2")
+    # reward: sft [0.5, 0, 0.5, 0] mean 0.25, SEM sqrt(1/12)/2 = 0.144338; before 0.125 ± 0.125
+    assert rows[2] == ("mean reward", "0.125 ± 0.125", "0.250 ± 0.144", "0.438 ± 0.157", "+0.125 ± 0.191",
+                       "+0.188 ± 0.213")
+    assert rows[-1] == ("states", "4", "4", "4", "–", "–")
+    with pytest.raises(ValueError, match="two or more"):
+        compare_stages([("before", before)])
 
 
 @pytest.mark.slow

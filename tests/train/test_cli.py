@@ -120,8 +120,13 @@ def test_sft_auto_warm_starts_and_evaluates_before_and_after(tiny, titanic, data
     assert 1 <= before["n_states"] <= 2 and before["sampling"] == after["sampling"]
     assert before["engine"]["name"] == "transformers"
     assert StepwiseResult.from_dict(before).records[0].stage in ("debug", "improve")
+    # the warm start's own evaluation, on the same states, between them
+    warm = json.loads((run / "stepwise" / "sft.json").read_text())
+    assert warm["available"] and warm["policy"] == f"hf:{run / 'sft' / 'model'}"
+    assert [r["state_id"] for r in warm["records"]] == [r["state_id"] for r in before["records"]]
     md = (run / "report" / "report.md").read_text()
     assert "## Before and after training" in md and "| mean reward |" in md
+    assert "| metric | before | after SFT | after | after SFT − before | after − after SFT |" in md
     # resumed when done: nothing is collected, fine-tuned or evaluated again
     mtimes = {p: p.stat().st_mtime for p in (run / "collect" / "collect.json", run / "stepwise" / "after.json")}
     code, _ = cli("train", "--resume", str(run), "--data-dir", str(data_root), "--json")

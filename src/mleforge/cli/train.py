@@ -22,7 +22,8 @@ FLAGS = {
     "group_size": "group_size", "groups_per_step": "groups_per_step", "max_new_tokens": "max_new_tokens",
     "lr": "lr", "lora_rank": "model.lora_rank", "sampler": "sampler", "sft": "sft", "seed": "seed",
     "journals": "journals", "executor": "executor", "isolation": "isolation", "feedback": "feedback", "generation": "generation", "threads": "model.threads",
-    "exec_workers": "exec_workers", "micro_batch": "micro_batch", "sft_steps": "sft_steps", "sft_max_length": "sft_max_length",
+    "exec_workers": "exec_workers", "micro_batch": "micro_batch", "sft_steps": "sft_steps", "sft_lr": "sft_lr",
+    "temperature": "temperature", "sft_max_length": "sft_max_length",
     "expert_steps": "expert_steps", "stepwise_states": "stepwise_states", "quantization": "quantization",
     "rollout_quantization": "rollout_quantization", "sync_every": "sync_every",
 }
@@ -74,7 +75,9 @@ def register(subparsers) -> None:
     p.add_argument("--resume", metavar="RUN", help="continue the run in RUN from its last checkpoint (its own "
                                                    "config; no other setting may be given)")
     p.add_argument("--seed", type=int, help="seed of every random choice (default 0)")
-    p.add_argument("--sft-steps", type=int, help="optimizer steps of the --sft auto warm start (default 8)")
+    p.add_argument("--sft-steps", type=int, help="optimizer steps of the --sft auto warm start (default 22)")
+    p.add_argument("--sft-lr", type=float, help="learning rate of the --sft auto warm start (default 2e-4)")
+    p.add_argument("--temperature", type=float, help="sampling temperature of the GRPO rollouts")
     p.add_argument("--sft-max-length", type=int, help="token cap of a warm-start sample (default 4096)")
     p.add_argument("--expert-steps", type=int, help="steps of each template-expert episode (seeds, warm start, "
                                                     "step-wise states; default 6)")
@@ -134,12 +137,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     print_table("train", ["run", "steps", "final model", "wall s"],
                 [[result.run_dir, result.steps, f"hf:{result.final_model}", result.wall_s]])
-    from mleforge.eval.stepwise import COMPARE_COLUMNS
     from mleforge.train.grpo import stepwise_table
 
-    rows = stepwise_table(Path(result.run_dir))
-    if rows is not None:
-        print_table("step-wise evaluation on the eval tasks (mean ± SEM over states)", list(COMPARE_COLUMNS),
+    table = stepwise_table(Path(result.run_dir))
+    if table is not None:
+        columns, rows = table
+        print_table("step-wise evaluation on the eval tasks (mean ± SEM over states)", list(columns),
                     [list(r) for r in rows])
     err_console.print(f"report: {result.report}  (mleforge report {result.run_dir})", highlight=False)
     return 0

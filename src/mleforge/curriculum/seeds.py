@@ -79,14 +79,19 @@ def set_up_tasks(
     step is sealed. False (nothing done) when the buffer was set up already, so a
     resumed run calls it again safely.
 
-    `stages` keeps only the journal states of those stages (e.g. debug and improve,
-    whose edit-block completions are short); each task's empty-journal draft seed is
-    always kept.
+    `stages` keeps only the states of those stages (e.g. debug and improve, whose
+    edit-block completions are short, where a completion cap could not hold a whole
+    draft script): each task's empty-journal draft seed is kept where `stages` keeps
+    drafts, and for a task that no journal gives a state of those stages (so that every
+    task has a seed).
     """
     if buffer.sealed_step is not None:
         return False
     references = [task_reference(task) for task in tasks]
-    seeds = [State.draft(ref.task_id, direction=ref.direction) for ref in references]
+    kept: list[State] = []
     for journal in journals:
-        seeds.extend(s for s in journal_states(journal) if stages is None or s.stage in stages)
-    return buffer.set_up(references, seeds)
+        kept.extend(s for s in journal_states(journal) if stages is None or s.stage in stages)
+    seeded = {s.task_id for s in kept}
+    drafts = [State.draft(ref.task_id, direction=ref.direction) for ref in references
+              if stages is None or "draft" in stages or ref.task_id not in seeded]
+    return buffer.set_up(references, drafts + kept)

@@ -280,21 +280,45 @@ def pm(metric: Mapping[str, Any], scale: float) -> str:
     return _number(metric["mean"], scale) + sem
 
 
+def _change(a: Mapping[str, Any], b: Mapping[str, Any], scale: float) -> str:
+    """b's mean less a's, with the standard error of the difference of two independent means."""
+    if a["mean"] is None or b["mean"] is None:
+        return "–"
+    change = ("+" if b["mean"] >= a["mean"] else "-") + _number(abs(b["mean"] - a["mean"]), scale)
+    if a["sem"] is not None and b["sem"] is not None:
+        change += " ± " + _number(math.hypot(a["sem"], b["sem"]), scale)
+    return change
+
+
 def compare_stepwise(before: StepwiseResult, after: StepwiseResult) -> list[tuple[str, str, str, str]]:
     """Rows of COMPARE_COLUMNS: each metric before and after (mean ± SEM) and the change of
     the mean, with the standard error of the difference of two independent means."""
     rows = []
-    a_metrics, b_metrics = before.metrics, after.metrics
     for key, name, scale in METRICS:
-        a, b = a_metrics[key], b_metrics[key]
-        change = "–"
-        if a["mean"] is not None and b["mean"] is not None:
-            change = ("+" if b["mean"] >= a["mean"] else "-") + _number(abs(b["mean"] - a["mean"]), scale)
-            if a["sem"] is not None and b["sem"] is not None:
-                change += " ± " + _number(math.hypot(a["sem"], b["sem"]), scale)
-        rows.append((name, pm(a, scale), pm(b, scale), change))
+        a, b = before.metrics[key], after.metrics[key]
+        rows.append((name, pm(a, scale), pm(b, scale), _change(a, b, scale)))
     rows.append(("states", str(len(before.records)), str(len(after.records)), "–"))
     return rows
+
+
+def compare_stages(stages: Sequence[tuple[str, StepwiseResult]]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """Columns and rows of two or more evaluations of the same states, in order (e.g. before,
+    after the warm start, after GRPO): each one's mean ± SEM, then the change from each to the
+    next (so the warm start's share of a gain and GRPO's own are apart). Two stages give
+    COMPARE_COLUMNS' table."""
+    if len(stages) < 2:
+        raise ValueError(f"compare_stages: give two or more evaluations, got {len(stages)}")
+    if len(stages) == 2:
+        return COMPARE_COLUMNS, compare_stepwise(stages[0][1], stages[1][1])
+    labels = [label for label, _ in stages]
+    columns = ("metric", *labels, *(f"{b} − {a}" for a, b in zip(labels, labels[1:])))
+    rows: list[tuple[str, ...]] = []
+    for key, name, scale in METRICS:
+        values = [result.metrics[key] for _, result in stages]
+        rows.append((name, *(pm(v, scale) for v in values),
+                     *(_change(a, b, scale) for a, b in zip(values, values[1:]))))
+    rows.append(("states", *(str(len(r.records)) for _, r in stages), *("–" for _ in stages[1:])))
+    return columns, rows
 
 
 # --- the report section ----------------------------------------------------------------------------

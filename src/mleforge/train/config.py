@@ -201,7 +201,8 @@ class TrainConfig:
     sft_grad_accum samples); "none" starts from `model`; a path starts from that `mleforge
     sft` checkpoint. journals: a folder of collected runs whose journals seed the
     buffer (None: made on the fly by the template expert, `expert_steps` per task).
-    seed_stages: the journal states kept as seeds (each task's empty draft is always one).
+    seed_stages: the journal states kept as seeds (each task's empty draft only where drafts are
+    among them, or where the task has no other seed).
     run_timeout_s caps a rollout's script below the task's own limit (600 s): a step waits
     for its slowest run. save_steps: a checkpoint every this many steps; a resume replays
     at most that many, so the buffer must keep evicted rows at least as long
@@ -230,14 +231,14 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     tasks: str = "lite"
     eval_tasks: str = "penguins,breast-cancer"
-    steps: int = 6
+    steps: int = 4
     group_size: int = 4
     groups_per_step: int = 1
     micro_batch: int = 1
     max_new_tokens: int = 192
-    temperature: float = 1.0
+    temperature: float = 0.8
     top_p: float = 1.0
-    lr: float = 1e-5
+    lr: float = 5e-5
     lr_scheduler: str = "constant"
     beta: float = 0.0
     loss_type: str = "dapo"
@@ -246,7 +247,8 @@ class TrainConfig:
     sampler: str = "learnability"
     buffer_growth: bool = True
     sft: str = "auto"
-    sft_steps: int = 8
+    sft_steps: int = 22
+    sft_lr: float = 2e-4
     sft_batch_size: int = 1
     sft_grad_accum: int = 1
     sft_episodes: int = 1
@@ -302,7 +304,7 @@ class TrainConfig:
                 f"{self.sequences_per_step})"
             )
         _integer("max_new_tokens", self.max_new_tokens, 1)
-        _number("temperature", self.temperature, low=0.0, strict=True, fix=" (GRPO samples; 1.0 is usual)")
+        _number("temperature", self.temperature, low=0.0, strict=True, fix=" (GRPO samples; 0.8-1.0 is usual)")
         _number("top_p", self.top_p, low=0.0, strict=True)
         if self.top_p > 1:
             raise ConfigError(f"top_p: got {self.top_p}; expected a probability in (0, 1]")
@@ -317,6 +319,7 @@ class TrainConfig:
         if not isinstance(self.sft, str) or not self.sft.strip():
             raise ConfigError("sft: give auto, none, or the path of an `mleforge sft` checkpoint")
         _integer("sft_steps", self.sft_steps, 1)
+        _number("sft_lr", self.sft_lr, low=0.0, strict=True, fix=" (2e-4 for the cpu preset's brief LoRA warm start)")
         _integer("sft_batch_size", self.sft_batch_size, 1)
         _integer("sft_grad_accum", self.sft_grad_accum, 1)
         _integer("sft_episodes", self.sft_episodes, 1)
@@ -441,6 +444,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_new_tokens": 1024,
         "lr": 5e-6,
         "sft_steps": 200,
+        "sft_lr": 1e-4,
         "sft_batch_size": 4,
         "sft_grad_accum": 4,
         "expert_steps": 12,

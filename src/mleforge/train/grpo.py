@@ -359,7 +359,7 @@ def warm_start(plan: Plan, folder: Path, collected: Any, progress: bool) -> str:
                          f"(left out: {collected.counts.get('left_out')}); raise sft_episodes or expert_steps, or "
                          "pass --sft none")
     result = run_sft(SFTConfig(samples=collected.samples_path, out=str(folder / SFT_DIR), model=config.model,
-                               max_steps=config.sft_steps, batch_size=config.sft_batch_size,
+                               max_steps=config.sft_steps, lr=config.sft_lr, batch_size=config.sft_batch_size,
                                grad_accum=config.sft_grad_accum, max_length=config.sft_max_length,
                                stages=config.seed_stages, seed=config.seed), progress=progress)
     return f"hf:{result.model_dir}"
@@ -419,15 +419,34 @@ def make_local_policy(spec: str, config: TrainConfig) -> Any:
     return make_policy(spec, **options)
 
 
-def stepwise_table(folder: Path) -> list[tuple[str, str, str, str]] | None:
-    """The before/after rows (mleforge.eval.stepwise.compare_stepwise) of a run, or None."""
-    from mleforge.eval.stepwise import StepwiseResult, compare_stepwise
+# The step-wise evaluations of a run, in order, as their files name them (stepwise/<label>.json)
+# and as their tables head them. "sft" is the warm start's model, evaluated where there is one.
+STEPWISE_STAGES = (("before", "before"), ("sft", "after SFT"), ("after", "after"))
 
-    files = [folder / STEPWISE_DIR / f"{label}.json" for label in ("before", "after")]
-    data = [json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {} for f in files]
-    if not all(d.get("available") for d in data):
+
+def stepwise_stages(folder: Path) -> list[tuple[str, Any]] | None:
+    """The run's finished step-wise evaluations as (heading, StepwiseResult), in order; None
+    unless both the one before and the one after training are there."""
+    from mleforge.eval.stepwise import StepwiseResult
+
+    found = {}
+    for label, heading in STEPWISE_STAGES:
+        path = folder / STEPWISE_DIR / f"{label}.json"
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        if data.get("available"):
+            found[label] = (heading, StepwiseResult.from_dict(data))
+    if "before" not in found or "after" not in found:
         return None
-    return compare_stepwise(StepwiseResult.from_dict(data[0]), StepwiseResult.from_dict(data[1]))
+    return [found[label] for label, _ in STEPWISE_STAGES if label in found]
+
+
+def stepwise_table(folder: Path) -> tuple[tuple[str, ...], list[tuple[str, ...]]] | None:
+    """The columns and rows (mleforge.eval.stepwise.compare_stages) of a run's step-wise
+    evaluations: before, after the warm start where there was one, after; or None."""
+    from mleforge.eval.stepwise import compare_stages
+
+    stages = stepwise_stages(folder)
+    return None if stages is None else compare_stages(stages)
 
 
 def _run(plan: Plan, folder: Path, registry: Any, progress: bool, renderer: Any,
@@ -465,6 +484,8 @@ def _run(plan: Plan, folder: Path, registry: Any, progress: bool, renderer: Any,
                                            executor=executor, registry=registry)
             set_up_tasks(buffer, plan.tasks, journals, stages=config.seed_stages)
         spec = warm_start(plan, folder, collected, progress)
+        if config.sft_mode != "none":  # the warm start's own share of the change, on the same states
+            stepwise_evaluation(plan, folder, spec, "sft", registry, executor, progress)
         checkpoint, _ = recover(folder, buffer)
         training = build_trainer(plan, folder, spec, buffer, executor, renderer=renderer, progress=progress)
         trainer = training.trainer

@@ -78,9 +78,11 @@ def curves_section(runs: Sequence[LoadedRun]) -> list[Section]:
 
 
 def stepwise_section(runs: Sequence[LoadedRun]) -> list[Section]:
-    """Each run's step-wise evaluation before and after training (mleforge.eval.stepwise's
-    compare_stepwise): the same states and sampling both times."""
-    from mleforge.eval.stepwise import COMPARE_COLUMNS, StepwiseResult, compare_stepwise
+    """Each run's step-wise evaluation before training, after its warm start (where there was
+    one) and after (mleforge.eval.stepwise.compare_stages): the same states and sampling each
+    time, so the warm start's change and GRPO's own are apart."""
+    from mleforge.eval.stepwise import compare_stages
+    from mleforge.train.grpo import stepwise_stages
 
     blocks: list[Any] = []
     for run in runs:
@@ -92,10 +94,12 @@ def stepwise_section(runs: Sequence[LoadedRun]) -> list[Section]:
         if not after.get("available"):
             blocks.append(Callout(f"{run.label}: the evaluation after training has not run yet", "note"))
             continue
-        rows = compare_stepwise(StepwiseResult.from_dict(before), StepwiseResult.from_dict(after))
+        columns, rows = compare_stages(stepwise_stages(Path(run.path)))
+        sft = _stepwise(run, "sft")
+        warm = f", after the warm start ({sft.get('policy')})" if sft.get("available") else ""
         tasks = ", ".join(before.get("tasks", []))
-        blocks.append(Table(COMPARE_COLUMNS, tuple(rows),
-                            f"{run.label}: before ({before.get('policy')}, the model as given) and after "
+        blocks.append(Table(columns, tuple(rows),
+                            f"{run.label}: before ({before.get('policy')}, the model as given){warm} and after "
                             f"({after.get('policy')}) on {tasks}, tasks the run did not train on; mean ± SEM "
                             "over states, change ± its standard error"))
     return [Section("Before and after training", tuple(blocks))] if blocks else []
