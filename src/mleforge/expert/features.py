@@ -55,7 +55,7 @@ def date_parts(frame):
     parts = []
     for column in frame.columns:
         dates = pd.to_datetime(frame[column].astype(object), format="ISO8601", errors="coerce")
-        parts += [dates.dt.year, dates.dt.month, dates.dt.dayofweek, dates.dt.dayofyear]
+        parts += [dates.dt.year, dates.dt.month, dates.dt.day_of_week, dates.dt.day_of_year]
     return np.column_stack([np.asarray(part, dtype=float) for part in parts])
 ''',
 }
