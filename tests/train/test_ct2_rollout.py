@@ -226,6 +226,39 @@ def test_int8_rollouts_return_their_logprobs(lora_model):
     assert all(v <= 0 for row in out["logprobs"] for v in row)
 
 
+@needs_ct2
+def test_the_conversions_live_in_the_run_and_are_deleted_at_close(lora_model, tmp_path):
+    """<run>/ct2-rollouts/rank-<i>: what a killed process left there goes at the first sync,
+    and a closed rollout leaves no scratch folder behind (the parent goes with the last rank)."""
+    model, tokenizer = lora_model
+    run = tmp_path / "run"
+    leftover = run / "ct2-rollouts" / "rank-0" / "mleforge-ct2-killed"
+    leftover.mkdir(parents=True)
+    (leftover / "model.bin").write_bytes(b"a killed process's conversion")
+    other_rank = run / "ct2-rollouts" / "rank-1"
+    other_rank.mkdir()
+    trainer = trainer_at(model, 0)
+    trainer.args = SimpleNamespace(output_dir=str(run / "checkpoints"))
+    trainer.accelerator.process_index = 0
+    rollout = Ct2Rollout(config(), tokenizer)
+    try:
+        torch.manual_seed(0)
+        rollout(PROMPTS, trainer)
+        (folder,) = (run / "ct2-rollouts" / "rank-0").iterdir()
+        assert folder.name != leftover.name and (folder / "model.bin").is_file()
+    finally:
+        rollout.close()
+    assert sorted(p.name for p in (run / "ct2-rollouts").iterdir()) == ["rank-1"]  # another rank's: kept
+    other_rank.rmdir()
+    rollout = Ct2Rollout(config(), tokenizer)
+    try:
+        rollout(PROMPTS, trainer)
+    finally:
+        rollout.close()
+    assert sorted(p.name for p in run.iterdir()) == []  # the last rank takes ct2-rollouts/ with it
+    rollout.close()  # twice: nothing left to do
+
+
 # --- through mleforge train ---
 
 
@@ -298,7 +331,7 @@ def test_a_killed_ct2_run_resumes_with_the_same_rollouts(tiny, titanic, journals
     assert len(left) == 1 and (left[0] / "model.bin").is_file()  # the killed process's conversion
     finish(start(killed, "--resume"), killed)
     finish(first, straight)
-    assert list((killed / "ct2-rollouts" / "rank-0").iterdir()) == []  # deleted on resume; the last, on close
+    assert not (killed / "ct2-rollouts").exists()  # deleted on resume; the last conversion, on close
 
     assert buffer_rows(killed) == buffer_rows(straight)
     assert lines(killed / "metrics.jsonl", VOLATILE_FIELDS) == lines(straight / "metrics.jsonl", VOLATILE_FIELDS)
