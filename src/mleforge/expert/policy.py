@@ -28,9 +28,9 @@ from typing import Any
 from mleforge.agent.state import State
 from mleforge.errors import MleforgeError
 from mleforge.expert.choice import completion_text
-from mleforge.expert.debug import debug_choices
+from mleforge.expert.debug import debug_choices, short_debug_choices
 from mleforge.expert.draft import draft_choices
-from mleforge.expert.improve import improve_choices
+from mleforge.expert.improve import improve_choices, short_improve_choices
 from mleforge.expert.profile import TaskProfile, task_profile
 from mleforge.policies.base import (
     Completion,
@@ -54,6 +54,8 @@ def estimate_tokens(chars: int) -> int:
 
 
 _STAGES = {"draft": draft_choices, "debug": debug_choices, "improve": improve_choices}
+# With a completion budget: the short answers (expert/short.py) of the stages that edit a script.
+_SHORT = {"debug": short_debug_choices, "improve": short_improve_choices}
 
 
 class TemplatePolicy:
@@ -102,10 +104,10 @@ class TemplatePolicy:
     def texts(self, state: State, n: int, seed: int | None) -> list[str]:
         """The n completion texts for one state."""
         profile = self.profile(state.task_id)
-        if state.stage == "draft":
-            choices = draft_choices(state, profile, n, seed)
-        else:
-            choices = _STAGES[state.stage](state, profile, n, seed, self.completion_chars, self.view_chars)
+        short = _SHORT.get(state.stage) if self.completion_chars > 0 else None
+        # Where no short answer fits (or the target is not the expert's own), the long one.
+        choices = short(state, profile, n, seed, self.completion_chars, self.view_chars) if short else []
+        choices = choices or _STAGES[state.stage](state, profile, n, seed)
         return [completion_text(choice, profile) for choice in choices]
 
     def profile(self, task_id: str) -> TaskProfile:
