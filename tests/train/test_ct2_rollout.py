@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import signal
-import sqlite3
 import sys
 from types import SimpleNamespace
 
@@ -304,29 +302,11 @@ def test_a_killed_ct2_run_resumes_with_the_same_rollouts(tiny, titanic, journals
     """The crash test of test_resume.py on ct2 rollouts: the resumed process builds its engine
     from the checkpoint's weights and samples what the uninterrupted run sampled."""
     from mleforge.train.records import VOLATILE_FIELDS
-    from tests.train.run_train import HELD
-    from tests.train.test_resume import buffer_rows, finish, lines, start
-    from tests.waiting import wait_for
+    from tests.train.crash import buffer_rows, finish, kill_after_step_one, lines, start
 
     config = ct2_config(tiny, journals, steps=3, group_size=2, groups_per_step=2, max_new_tokens=8, lr=5e-3,
                         sampler="learnability", seed=5)
-    config_file = tmp_path / "config.json"
-    config_file.write_text(json.dumps(config.to_dict()))
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    first = start(straight, str(config_file))
-    victim = start(killed, str(config_file), hold=1)
-    try:
-        assert wait_for(lambda: (killed / HELD).exists() or victim.poll() is not None, timeout_s=600)
-        assert victim.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
-        victim.send_signal(signal.SIGKILL)  # step 1 fed back, its checkpoint not written
-        victim.wait(timeout=60)
-    finally:
-        if victim.poll() is None:
-            victim.kill()
-    conn = sqlite3.connect(killed / "buffer.sqlite")
-    assert json.loads(conn.execute("SELECT value FROM meta WHERE key = 'sealed_step'").fetchone()[0]) == 1
-    conn.close()
-    (killed / HELD).unlink()
+    first, straight, killed = kill_after_step_one(config.to_dict(), tmp_path)
     left = list((killed / "ct2-rollouts" / "rank-0").iterdir())
     assert len(left) == 1 and (left[0] / "model.bin").is_file()  # the killed process's conversion
     finish(start(killed, "--resume"), killed)
