@@ -64,9 +64,10 @@ class TemplatePolicy:
 
     def __init__(self, registry: TaskRegistry | None = None, *, data_dir: str | Path | None = None,
                  sampling: SamplingConfig | None = None, completion_chars: int = 0, view_chars: int = 0):
-        if isinstance(completion_chars, bool) or not isinstance(completion_chars, int) or completion_chars < 0:
-            raise PolicyError(f"template policy: completion_chars must be an integer >= 0 (0: no budget); "
-                              f"got {completion_chars!r}")
+        for name, value, zero in (("completion_chars", completion_chars, "no budget"),
+                                  ("view_chars", view_chars, "any line may be edited")):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise PolicyError(f"template policy: {name} must be an integer >= 0 (0: {zero}); got {value!r}")
         self.registry = registry if registry is not None else TaskRegistry(data_dir=data_dir)
         self.sampling = sampling or SamplingConfig()
         # > 0: debug and improve answers are short actions within this many characters as edits
