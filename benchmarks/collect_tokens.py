@@ -37,7 +37,7 @@ def stats(values: list[int]) -> dict[str, Any]:
             "p95": float(np.percentile(a, 95)), "p99": float(np.percentile(a, 99)), "max": int(a.max())}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", help="a samples.jsonl to measure (default: collect one in --work)")
     parser.add_argument("--tasks", default="lite")
@@ -48,7 +48,7 @@ def main() -> int:
     parser.add_argument("--work", default="runs/bench/collect_tokens")
     parser.add_argument("--caps", default="128,160,192,224,256", help="max_new_tokens values to report shares for")
     parser.add_argument("--out", default="collect_tokens.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     counts: dict[str, Any] = {}
     wall = None
@@ -65,7 +65,8 @@ def main() -> int:
         start = time.perf_counter()
         result = collect_samples(config, args.work, progress=True, console=console)
         wall = round(time.perf_counter() - start, 1)
-        path, counts = Path(result.samples_path), result.counts
+        # result.counts leaves out the budget collect.json records beside them: the one used.
+        path, counts = Path(result.samples_path), {**result.counts, "completion_chars": config.completion_budget}
     samples = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if not samples:
         console.print(f"no samples in {path}")

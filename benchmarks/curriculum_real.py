@@ -193,8 +193,7 @@ def base_config(args: argparse.Namespace, work: Path) -> Any:
     if args.tiny:  # the tiny byte-level tokenizer makes ~4,000-token prompts; ct2 is for real models
         given.setdefault("sft_max_length", 16000)
         given.setdefault("engine", "transformers")
-    sft = "auto" if args.sft == "auto" else args.sft
-    return TrainConfig.preset_config("cpu", **given, sft=sft, seed=args.eval_seed, stepwise_eval=True)
+    return TrainConfig.preset_config("cpu", **given, sft=args.sft, seed=args.eval_seed, stepwise_eval=True)
 
 
 def check_work(work: Path, settings: dict[str, Any]) -> None:
@@ -216,15 +215,15 @@ def check_work(work: Path, settings: dict[str, Any]) -> None:
 
 def shared_executor(config: Any, work: Path) -> Any:
     """The executor of the shared collect and the evaluations: the one `mleforge train` picks
-    (auto: the warm pool as root, where it runs isolated; else local), behind a result cache
-    (an identical completion of the same state is graded once across all the runs)."""
-    import os
-
+    (auto: `mleforge.train.grpo.auto_executor`, the warm pool wherever it isolates its runs,
+    else local), behind a result cache (an identical completion of the same state is graded
+    once across all the runs)."""
     from mleforge.sandbox import CachingExecutor, make_executor
+    from mleforge.train.grpo import auto_executor
 
-    kind = config.executor if config.executor != "auto" else ("pool" if os.geteuid() == 0 else "local")
     options = {} if config.isolation is None else {"isolation": config.isolation}
-    return CachingExecutor(make_executor(kind, **options), work / "results.sqlite")
+    executor = auto_executor(options) if config.executor == "auto" else make_executor(config.executor, **options)
+    return CachingExecutor(executor, work / "results.sqlite")
 
 
 def warm_start(args: argparse.Namespace, plan: Any, work: Path, registry: Any, executor: Any,
@@ -389,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--sft-max-length", int, "token cap of a warm-start sample"),
         ("--expert-steps", int, "steps of each template-expert episode"),
         ("--stepwise-states", int, "states of the step-wise evaluation"),
-        ("--executor", str, "auto | local | pool | ray"), ("--generation", str, "trl | vllm | a registered engine"),
+        ("--executor", str, "auto | local | pool | ray"), ("--generation", str, "auto | trl | vllm | ct2 | a registered engine"),
         ("--engine", str, "the evaluation's generation engine: auto | transformers | ct2"),
         ("--threads", int, "torch CPU threads"),
     ):
@@ -405,9 +404,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result = run_benchmark(args)
     except MleforgeError as exc:
         raise SystemExit(f"error: {exc}") from None
-    if args.out:
+    if args.out:  # atomic: the figures of hours of runs are never left half-written
+        from mleforge.train.checkpoints import atomic_write
+
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1, default=str))
+        atomic_write(args.out, json.dumps(result, indent=1, default=str))
     print_report(result)
     if args.out:
         print(f"wrote {args.out}")

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from mleforge.eval.aggregate import aggregate, mean_sem
-from mleforge.eval.records import RunReport, no_submission_report
+from mleforge.eval.records import RunReport
 from tests.eval.helpers import grid_reports, report
 
 SQRT3 = math.sqrt(3)
@@ -111,10 +111,3 @@ def test_run_report_round_trip_and_mlebench_fields():
     # MLE-bench's CompetitionReport fields first, then ours
     assert list(data)[:3] == ["competition_id", "score", "gold_threshold"]
     assert {"seed", "steps_to_first_valid", "wall_s", "completion_tokens", "stopped_by"} <= set(data)
-
-
-def test_no_submission_report_keeps_thresholds():
-    got = no_submission_report("A", [0.9, 0.8, 0.7, 0.6, 0.5], False, "accuracy")
-    assert not got.valid_submission and not got.submission_exists and got.score is None
-    assert not got.any_medal and not got.above_median
-    assert got.gold_threshold == 0.9 and got.median_threshold == 0.7

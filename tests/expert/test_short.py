@@ -148,6 +148,8 @@ def test_a_budget_that_nothing_fits_falls_back_and_collect_counts_it(prepared_re
     assert policy.completion_chars == 50
     with pytest.raises(PolicyError, match="completion_chars"):
         TemplatePolicy(prepared_registry, completion_chars=-1)
+    with pytest.raises(PolicyError, match=r"view_chars must be an integer >= 0 .*; got '2800'"):
+        TemplatePolicy(prepared_registry, completion_chars=50, view_chars="2800")
     with pytest.raises(ConfigError, match="completion_chars"):
         CollectConfig(completion_chars=-5)
     assert CollectConfig().completion_budget == 0 and CollectConfig(prompt_profile="compact").completion_budget == BUDGET

@@ -203,6 +203,55 @@ def test_in_memory_conversion_leaves_the_model_alone_and_syncs(tiny):
     assert not engine.folder.exists()
 
 
+def test_a_failed_conversion_or_load_leaves_no_folder_behind(tiny, tmp_path, monkeypatch):
+    """A conversion that dies half-written (a full disk: 2 GB a float32 Qwen-0.5B) or a load
+    that fails leaves nothing in temp_root but the one folder the engine still owns."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import mleforge.policies.engines.ct2 as ct2_engine
+
+    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    real_convert = ct2_engine.convert_model
+
+    def half_written(model, tokenizer, folder, quantization):
+        (folder / "model.bin").write_bytes(b"half a model")
+        raise OSError(28, "No space left on device")
+
+    root = tmp_path / "scratch"
+    monkeypatch.setattr(ct2_engine, "convert_model", half_written)
+    with pytest.raises(OSError, match="No space left"):
+        Ct2Engine.from_model(model, tokenizer, quantization="float32", num_threads=1, temp_root=root)
+    assert list(root.iterdir()) == []
+
+    monkeypatch.setattr(ct2_engine, "convert_model", real_convert)
+    engine = Ct2Engine.from_model(model, tokenizer, quantization="float32", num_threads=1, temp_root=root)
+    first = engine.folder
+    monkeypatch.setattr(ct2_engine, "convert_model", half_written)
+    with pytest.raises(OSError, match="No space left"):
+        engine.sync(model)
+    assert list(root.iterdir()) == [first]  # the engine still runs on its old weights
+    assert engine.generate([[1, 2, 3]], 1, GREEDY, seed=0).samples[0][0].token_ids
+
+    monkeypatch.setattr(ct2_engine, "convert_model", real_convert)
+    real_ct2 = engine._ct2
+
+    class Unloadable:
+        __version__ = real_ct2.__version__
+
+        @staticmethod
+        def Generator(*args, **kwargs):  # noqa: N802 (ctranslate2's name)
+            raise RuntimeError("unsupported model file")
+
+    monkeypatch.setattr(engine, "_ct2", Unloadable)
+    with pytest.raises(PolicyError, match="cannot load the model"):
+        engine.sync(model)
+    (second,) = root.iterdir()  # the new conversion, owned; the old one gone
+    assert second != first and engine.folder == second
+    engine.close()
+    assert list(root.iterdir()) == []
+
+
 def test_a_corrupt_conversion_is_detected_and_rebuilt(tiny, tmp_path, caplog):
     cache = tmp_path / "ct2"
     first = local(tiny, "ct2", cache, quantization="float32")

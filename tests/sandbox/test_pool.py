@@ -180,6 +180,31 @@ def test_a_zygote_per_task_data_bounded(light, tmp_path):
         assert zygote["key"][0] == str(folder)
 
 
+def test_a_zygote_that_cannot_start_leaks_no_descriptor(light, tmp_path, monkeypatch):
+    """The seccomp filter's descriptor is made before the zygote's bwrap command; a failure in
+    between closes it (each failed start would otherwise keep one open for good)."""
+    import mleforge.sandbox.pool.executor as pool_module
+
+    if light.resolve_isolation().kind != "bwrap":
+        pytest.skip("no bwrap here: no seccomp descriptor to leak")
+
+    def broken(plan):
+        assert plan.seccomp_fd is not None  # made, and handed over
+        raise SandboxError("cannot build the zygote's command")
+
+    monkeypatch.setattr(pool_module.bw, "zygote_args", broken)
+    folder = tmp_path / "data"
+    folder.mkdir(mode=0o755)
+    limits = RunLimits(timeout_s=20, memory_mb=512, cpus=1)
+    with pytest.raises(SandboxError, match="cannot build the zygote's command"):
+        light.run_public("print(1)", "t", folder, limits)  # the first: whatever the session opens once
+    before = set(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        with pytest.raises(SandboxError, match="cannot build the zygote's command"):
+            light.run_public("print(1)", "t", folder, limits)
+    assert set(os.listdir("/proc/self/fd")) - before == set()
+
+
 def test_a_missing_preload_is_not_fatal(tmp_path, canary):
     with PoolExecutor("auto", base_dir=tmp_path, preload=["json", "no_such_module_mf"]) as executor:
         assert executor.run("import json; print('ok')", canary).ok

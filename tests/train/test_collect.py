@@ -160,6 +160,14 @@ def test_bad_settings_are_refused(prepared_registry, tmp_path):
         **CollectConfig().to_dict(), "steps": 99}}))
     with pytest.raises(ConfigError, match="other settings.*steps 99 -> 6"):
         collect_samples(CollectConfig(tasks="titanic"), tmp_path / "y", registry=prepared_registry)
+    # a compact collection made before completion budgets (no completion_chars saved) had the long
+    # answers: not resumed with short ones; a setting a later version dropped does not break the check
+    compact = CollectConfig(tasks="titanic", prompt_profile="compact").to_dict()
+    old = {k: v for k, v in compact.items() if k != "completion_chars"}
+    (tmp_path / "y" / "run.json").write_text(json.dumps({"kind": "collect", "config": {**old, "dropped": 1}}))
+    with pytest.raises(ConfigError, match=r"other settings \(completion budget 0 -> 720\)"):
+        collect_samples(CollectConfig(tasks="titanic", prompt_profile="compact"), tmp_path / "y",
+                        registry=prepared_registry)
 
 
 def test_cli_collect_writes_samples(prepared_registry, data_root, tmp_path):

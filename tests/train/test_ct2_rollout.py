@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import signal
-import sqlite3
 import sys
 from types import SimpleNamespace
 
@@ -226,6 +224,39 @@ def test_int8_rollouts_return_their_logprobs(lora_model):
     assert all(v <= 0 for row in out["logprobs"] for v in row)
 
 
+@needs_ct2
+def test_the_conversions_live_in_the_run_and_are_deleted_at_close(lora_model, tmp_path):
+    """<run>/ct2-rollouts/rank-<i>: what a killed process left there goes at the first sync,
+    and a closed rollout leaves no scratch folder behind (the parent goes with the last rank)."""
+    model, tokenizer = lora_model
+    run = tmp_path / "run"
+    leftover = run / "ct2-rollouts" / "rank-0" / "mleforge-ct2-killed"
+    leftover.mkdir(parents=True)
+    (leftover / "model.bin").write_bytes(b"a killed process's conversion")
+    other_rank = run / "ct2-rollouts" / "rank-1"
+    other_rank.mkdir()
+    trainer = trainer_at(model, 0)
+    trainer.args = SimpleNamespace(output_dir=str(run / "checkpoints"))
+    trainer.accelerator.process_index = 0
+    rollout = Ct2Rollout(config(), tokenizer)
+    try:
+        torch.manual_seed(0)
+        rollout(PROMPTS, trainer)
+        (folder,) = (run / "ct2-rollouts" / "rank-0").iterdir()
+        assert folder.name != leftover.name and (folder / "model.bin").is_file()
+    finally:
+        rollout.close()
+    assert sorted(p.name for p in (run / "ct2-rollouts").iterdir()) == ["rank-1"]  # another rank's: kept
+    other_rank.rmdir()
+    rollout = Ct2Rollout(config(), tokenizer)
+    try:
+        rollout(PROMPTS, trainer)
+    finally:
+        rollout.close()
+    assert sorted(p.name for p in run.iterdir()) == []  # the last rank takes ct2-rollouts/ with it
+    rollout.close()  # twice: nothing left to do
+
+
 # --- through mleforge train ---
 
 
@@ -271,34 +302,16 @@ def test_a_killed_ct2_run_resumes_with_the_same_rollouts(tiny, titanic, journals
     """The crash test of test_resume.py on ct2 rollouts: the resumed process builds its engine
     from the checkpoint's weights and samples what the uninterrupted run sampled."""
     from mleforge.train.records import VOLATILE_FIELDS
-    from tests.train.run_train import HELD
-    from tests.train.test_resume import buffer_rows, finish, lines, start
-    from tests.waiting import wait_for
+    from tests.train.crash import buffer_rows, finish, kill_after_step_one, lines, start
 
     config = ct2_config(tiny, journals, steps=3, group_size=2, groups_per_step=2, max_new_tokens=8, lr=5e-3,
                         sampler="learnability", seed=5)
-    config_file = tmp_path / "config.json"
-    config_file.write_text(json.dumps(config.to_dict()))
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    first = start(straight, str(config_file))
-    victim = start(killed, str(config_file), hold=1)
-    try:
-        assert wait_for(lambda: (killed / HELD).exists() or victim.poll() is not None, timeout_s=600)
-        assert victim.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
-        victim.send_signal(signal.SIGKILL)  # step 1 fed back, its checkpoint not written
-        victim.wait(timeout=60)
-    finally:
-        if victim.poll() is None:
-            victim.kill()
-    conn = sqlite3.connect(killed / "buffer.sqlite")
-    assert json.loads(conn.execute("SELECT value FROM meta WHERE key = 'sealed_step'").fetchone()[0]) == 1
-    conn.close()
-    (killed / HELD).unlink()
+    first, straight, killed = kill_after_step_one(config.to_dict(), tmp_path)
     left = list((killed / "ct2-rollouts" / "rank-0").iterdir())
     assert len(left) == 1 and (left[0] / "model.bin").is_file()  # the killed process's conversion
     finish(start(killed, "--resume"), killed)
     finish(first, straight)
-    assert list((killed / "ct2-rollouts" / "rank-0").iterdir()) == []  # deleted on resume; the last, on close
+    assert not (killed / "ct2-rollouts").exists()  # deleted on resume; the last conversion, on close
 
     assert buffer_rows(killed) == buffer_rows(straight)
     assert lines(killed / "metrics.jsonl", VOLATILE_FIELDS) == lines(straight / "metrics.jsonl", VOLATILE_FIELDS)

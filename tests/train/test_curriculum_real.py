@@ -164,3 +164,24 @@ def test_the_benchmark_core_on_a_tiny_model(titanic, registry, tmp_path):
     with pytest.raises(ConfigError, match="needs at least 2"):
         bench.run_benchmark(bench.build_parser().parse_args([*ARGV, "--work", str(work), "--seeds", "1"]),
                             registry=registry, progress=False)
+
+
+def test_the_shared_executor_is_the_one_mleforge_train_picks(monkeypatch, tmp_path):
+    """executor auto: grpo.auto_executor's choice (the warm pool wherever it isolates, as any
+    user), not a rule of its own; behind the benchmark's result cache."""
+    pytest.importorskip("trl")
+    from mleforge.sandbox import CachingExecutor
+    from mleforge.sandbox.local import LocalExecutor
+    from mleforge.train import grpo
+    from mleforge.train.config import TrainConfig
+
+    asked = []
+    picked = LocalExecutor(isolation="none")
+    monkeypatch.setattr(grpo, "auto_executor", lambda options: asked.append(options) or picked)
+    executor = bench.shared_executor(TrainConfig(executor="auto", isolation="none"), tmp_path)
+    try:
+        assert isinstance(executor, CachingExecutor) and executor.inner is picked
+        assert asked == [{"isolation": "none"}]
+        assert (tmp_path / "results.sqlite").is_file()
+    finally:
+        executor.close()

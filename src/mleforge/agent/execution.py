@@ -56,7 +56,8 @@ def _shown_once(unit: tuple[str, ...], times: int) -> list[str]:
 
 def collapse_repeats(text: str) -> str:
     """`text` with its repetition shown once: a line repeated in a row, and every Python warning
-    (its message and source line) wherever it recurs, appear once with "(repeated N times)".
+    printed with its source line (the indented line after it) wherever it recurs, appear once
+    with their count; a warning without a source line counts as a plain line (runs only).
     A library warning printed once per call can fill a whole output budget and push the
     traceback and the final score out of view; repeating it says nothing more."""
     lines = text.split("\n")

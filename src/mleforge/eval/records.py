@@ -4,19 +4,17 @@ A finished run's `report.json` is MLE-bench's `CompetitionReport` of its final a
 best valid node's submission, graded), flat, so MLE-bench's aggregation scripts read it,
 followed by our fields: seed, steps to the first valid submission, steps and time used,
 tokens used, and why the episode stopped. A run with no valid node still gets one: no
-submission, no score, the leaderboard's thresholds, nothing earned.
+submission, no score, the leaderboard's thresholds, nothing earned (the grader's own
+`no_submission_report`, made by the runner).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from mleforge.errors import MleforgeError
-from mleforge.grading.medals import rank_score
 from mleforge.grading.report import GradeReport
 
 OUR_FIELDS = ("task_id", "seed", "steps_to_first_valid", "steps", "wall_s", "completion_tokens",
@@ -81,19 +79,3 @@ class RunFailure:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunFailure:
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
-
-
-def no_submission_report(task_id: str, leaderboard: Any, is_lower_better: bool, metric: str = "",
-                         submission_path: str | Path = "") -> GradeReport:
-    """The report of a run that produced no valid submission: nothing earned, the leaderboard's
-    thresholds kept, so MLE-bench's aggregation counts it like any other run."""
-    rank = rank_score(None, leaderboard, is_lower_better)
-    return GradeReport(
-        competition_id=task_id, score=None,
-        gold_threshold=rank.gold_threshold, silver_threshold=rank.silver_threshold,
-        bronze_threshold=rank.bronze_threshold, median_threshold=rank.median_threshold,
-        any_medal=False, gold_medal=False, silver_medal=False, bronze_medal=False, above_median=False,
-        submission_exists=False, valid_submission=False, is_lower_better=is_lower_better,
-        created_at=datetime.now(), submission_path=str(submission_path), metric=metric,
-        normalized_score=None, invalid_reason="no step of the episode produced a valid submission",
-    )

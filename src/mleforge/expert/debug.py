@@ -15,7 +15,7 @@ from mleforge.expert.catalog import boosting_cap
 from mleforge.expert.choice import Choice, choice_rng, sample_spec, seeded_order, tried_approaches
 from mleforge.expert.description import describe
 from mleforge.expert.profile import TaskProfile
-from mleforge.expert.short import fits, own_spec, short_error
+from mleforge.expert.short import draw_short, fits, own_spec, short_error
 from mleforge.expert.spec import ScriptSpec, make_spec, normalize, read_spec
 from mleforge.reference.solutions import WIDE_PCA
 
@@ -106,15 +106,9 @@ def _safer_variants(spec: ScriptSpec, profile: TaskProfile, error: str) -> list[
             if v.approach() != spec.approach() and _keeps_features(v, profile)]
 
 
-def debug_choices(state: State, profile: TaskProfile, n: int, seed: int | None,
-                  budget: int = 0, view_chars: int = 0) -> list[Choice]:
-    """n distinct fixes of the state's failed target. `budget` > 0: short actions whose edit
-    fits `budget` characters (expert/short.py), where the target is the expert's own, and edits
-    only lines a compact view of `view_chars` shows (0: any line)."""
-    if budget > 0:
-        short = _short_choices(state, profile, n, seed, budget, view_chars)
-        if short:
-            return short
+def debug_choices(state: State, profile: TaskProfile, n: int, seed: int | None) -> list[Choice]:
+    """n distinct fixes of the state's failed target, each a whole script (the short ones:
+    short_debug_choices)."""
     target = state.target
     error = last_error_line(target)
     own = read_spec(target.code)
@@ -138,9 +132,10 @@ def debug_choices(state: State, profile: TaskProfile, n: int, seed: int | None,
             for s in chosen]
 
 
-def _short_choices(state: State, profile: TaskProfile, n: int, seed: int | None, budget: int,
-                   view_chars: int) -> list[Choice]:
-    """Fixes whose short edit fits `budget`: first the approach's own script where the target
+def short_debug_choices(state: State, profile: TaskProfile, n: int, seed: int | None, budget: int,
+                        view_chars: int) -> list[Choice]:
+    """n fixes whose short edit fits `budget` characters (expert/short.py) and edits only lines
+    a compact view of `view_chars` shows (0: any line): first the approach's own script where the target
     no longer matches it (an edit broke it: restoring those lines is the minimal fix), then
     the safer variants, with the script's own seed. [] when the header names no approach or
     nothing fits."""
@@ -167,7 +162,4 @@ def _short_choices(state: State, profile: TaskProfile, n: int, seed: int | None,
                                                            view_chars, keep):
             candidates.append((variant, tier + 1, 1.0))
             plans[variant.approach()] = plan
-    if not candidates:
-        return []
-    ordered = seeded_order(candidates, rng=choice_rng(seed, state, 0))
-    return [Choice(s, plans[s.approach()], short=True) for s in (ordered[j % len(ordered)] for j in range(n))]
+    return draw_short(candidates, plans, state, n, seed)

@@ -12,7 +12,7 @@ from mleforge.expert.catalog import catalog, strength
 from mleforge.expert.choice import Choice, choice_rng, sample_spec, seeded_order, tried_approaches
 from mleforge.expert.description import describe
 from mleforge.expert.profile import TaskProfile
-from mleforge.expert.short import change_phrase, fits, neighbours, own_spec
+from mleforge.expert.short import change_phrase, draw_short, fits, neighbours, own_spec
 from mleforge.expert.spec import ScriptSpec, read_spec
 
 
@@ -39,15 +39,9 @@ def _improvement_reason(old: ScriptSpec | None, new: ScriptSpec, profile: TaskPr
             f"{old.family.replace('_', ' ')}'s; the validation score will tell")
 
 
-def improve_choices(state: State, profile: TaskProfile, n: int, seed: int | None,
-                    budget: int = 0, view_chars: int = 0) -> list[Choice]:
-    """n distinct improvements of the state's target. `budget` > 0: short actions whose edit
-    fits `budget` characters (expert/short.py), where the target is the expert's own, and edits
-    only lines a compact view of `view_chars` shows (0: any line)."""
-    if budget > 0:
-        short = _short_choices(state, profile, n, seed, budget, view_chars)
-        if short:
-            return short
+def improve_choices(state: State, profile: TaskProfile, n: int, seed: int | None) -> list[Choice]:
+    """n distinct improvements of the state's target, each a whole script (the short ones:
+    short_improve_choices)."""
     target = state.target
     current = read_spec(target.code)
     tried = tried_approaches(state.journal) | ({current.approach()} if current else set())
@@ -74,9 +68,11 @@ def improve_choices(state: State, profile: TaskProfile, n: int, seed: int | None
             for s in (sample_spec(ordered, j, seed, state) for j in range(n))]
 
 
-def _short_choices(state: State, profile: TaskProfile, n: int, seed: int | None, budget: int,
-                   view_chars: int) -> list[Choice]:
-    """Small changes of the current approach whose short edit fits `budget`: the same family's
+def short_improve_choices(state: State, profile: TaskProfile, n: int, seed: int | None, budget: int,
+                          view_chars: int) -> list[Choice]:
+    """n small changes of the current approach whose short edit fits `budget` characters
+    (expert/short.py) and edits only lines a compact view of `view_chars` shows (0: any
+    line): the same family's
     other settings, a feature option, or another family when even its edit fits. Weighted as
     the long answers are (stronger first, the same family twice as likely); [] when the target
     is not the expert's own script or nothing fits."""
@@ -95,12 +91,8 @@ def _short_choices(state: State, profile: TaskProfile, n: int, seed: int | None,
             gain = strength(spec, profile) - base
             weight = math.exp(0.8 * gain) * (2.0 if spec.family == current.family else 1.0)
             candidates.append((spec, 0, weight))
-    if not candidates:
-        return []
     plans = {s.approach(): _short_plan(current, s, profile) for s, _, _ in candidates}
-    ordered = seeded_order(candidates, rng=choice_rng(seed, state, 0))
-    # Sample j takes position j; past the end the order repeats (same seed: the change is the change).
-    return [Choice(s, plans[s.approach()], short=True) for s in (ordered[j % len(ordered)] for j in range(n))]
+    return draw_short(candidates, plans, state, n, seed)
 
 
 def _short_plan(old: ScriptSpec, new: ScriptSpec, profile: TaskProfile) -> str:

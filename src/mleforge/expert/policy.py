@@ -28,9 +28,9 @@ from typing import Any
 from mleforge.agent.state import State
 from mleforge.errors import MleforgeError
 from mleforge.expert.choice import completion_text
-from mleforge.expert.debug import debug_choices
+from mleforge.expert.debug import debug_choices, short_debug_choices
 from mleforge.expert.draft import draft_choices
-from mleforge.expert.improve import improve_choices
+from mleforge.expert.improve import improve_choices, short_improve_choices
 from mleforge.expert.profile import TaskProfile, task_profile
 from mleforge.policies.base import (
     Completion,
@@ -54,6 +54,8 @@ def estimate_tokens(chars: int) -> int:
 
 
 _STAGES = {"draft": draft_choices, "debug": debug_choices, "improve": improve_choices}
+# With a completion budget: the short answers (expert/short.py) of the stages that edit a script.
+_SHORT = {"debug": short_debug_choices, "improve": short_improve_choices}
 
 
 class TemplatePolicy:
@@ -62,9 +64,10 @@ class TemplatePolicy:
 
     def __init__(self, registry: TaskRegistry | None = None, *, data_dir: str | Path | None = None,
                  sampling: SamplingConfig | None = None, completion_chars: int = 0, view_chars: int = 0):
-        if isinstance(completion_chars, bool) or not isinstance(completion_chars, int) or completion_chars < 0:
-            raise PolicyError(f"template policy: completion_chars must be an integer >= 0 (0: no budget); "
-                              f"got {completion_chars!r}")
+        for name, value, zero in (("completion_chars", completion_chars, "no budget"),
+                                  ("view_chars", view_chars, "any line may be edited")):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise PolicyError(f"template policy: {name} must be an integer >= 0 (0: {zero}); got {value!r}")
         self.registry = registry if registry is not None else TaskRegistry(data_dir=data_dir)
         self.sampling = sampling or SamplingConfig()
         # > 0: debug and improve answers are short actions within this many characters as edits
@@ -102,10 +105,10 @@ class TemplatePolicy:
     def texts(self, state: State, n: int, seed: int | None) -> list[str]:
         """The n completion texts for one state."""
         profile = self.profile(state.task_id)
-        if state.stage == "draft":
-            choices = draft_choices(state, profile, n, seed)
-        else:
-            choices = _STAGES[state.stage](state, profile, n, seed, self.completion_chars, self.view_chars)
+        short = _SHORT.get(state.stage) if self.completion_chars > 0 else None
+        # Where no short answer fits (or the target is not the expert's own), the long one.
+        choices = short(state, profile, n, seed, self.completion_chars, self.view_chars) if short else []
+        choices = choices or _STAGES[state.stage](state, profile, n, seed)
         return [completion_text(choice, profile) for choice in choices]
 
     def profile(self, task_id: str) -> TaskProfile:

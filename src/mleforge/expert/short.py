@@ -29,11 +29,14 @@ code (a model edited it) is read by `own_spec` as foreign, never misread.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from mleforge.agent.actions import edit_blocks, keep_base_bookkeeping, write_action
 from mleforge.agent.prompts import script_view
+from mleforge.agent.state import State
 from mleforge.expert.catalog import SCRIPT_BUDGET_S, catalog, script_seconds
+from mleforge.expert.choice import Choice, choice_rng, seeded_order
 from mleforge.expert.description import describe
 from mleforge.expert.profile import TaskProfile
 from mleforge.expert.script import render_script
@@ -149,6 +152,18 @@ def change_phrase(old: ScriptSpec, new: ScriptSpec, profile: TaskProfile) -> str
     if old.dense != new.dense and not parts:
         parts.append("dense features" if new.dense else "sparse features")
     return "; ".join(parts) or "retune the model"
+
+
+def draw_short(candidates: list[tuple[ScriptSpec, int, float]], plans: Mapping[tuple, str], state: State,
+               n: int, seed: int | None) -> list[Choice]:
+    """n short choices drawn from (spec, tier, weight) candidates as the long answers are
+    (expert/choice.seeded_order), each with its plan (`plans` by approach); [] for none.
+    Sample j takes position j; past the end the order repeats (same seed: the change is the
+    change, not another one)."""
+    if not candidates:
+        return []
+    ordered = seeded_order(candidates, rng=choice_rng(seed, state, 0))
+    return [Choice(s, plans[s.approach()], short=True) for s in (ordered[j % len(ordered)] for j in range(n))]
 
 
 def short_error(line: str) -> str:

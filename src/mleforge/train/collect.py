@@ -193,6 +193,17 @@ class CollectConfig:
         return cls(**data)
 
 
+def _saved_budget(saved: dict[str, Any]) -> int:
+    """The completion budget a collection's saved settings (its run.json "config") had: none
+    for one made before budgets existed (no `completion_chars` key: the expert gave its long
+    answers), whatever settings a later version has added or dropped since."""
+    if "completion_chars" not in saved:
+        return 0
+    if saved["completion_chars"] is not None:
+        return saved["completion_chars"]
+    return COMPACT_COMPLETION_CHARS if saved.get("prompt_profile") == "compact" else 0
+
+
 @dataclass(frozen=True)
 class CollectResult:
     out_dir: str
@@ -447,7 +458,7 @@ class Collector:
         ours = self.config.to_dict()
         differ = [f"{k} {saved.get(k)!r} -> {ours[k]!r}" for k in EPISODE_FIELDS if saved.get(k) != ours[k]]
         if self.config.teacher == "template":  # the expert answers within the budget: another episode
-            budget = CollectConfig.from_dict(saved).completion_budget if saved else 0
+            budget = _saved_budget(saved)
             if budget != self.config.completion_budget:
                 differ.append(f"completion budget {budget} -> {self.config.completion_budget}")
         if differ:

@@ -33,6 +33,7 @@ each group's prompt `group_size` times in a row) and the trainer:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import time
@@ -160,7 +161,14 @@ class Ct2Rollout:
         return self._figures.pop(step, {})
 
     def close(self) -> None:
+        """Release the engine and delete this rank's conversions folder (rollout_folder), and
+        <run>/ct2-rollouts/ once no rank's folder is left in it: a finished run keeps no
+        scratch weights (2 GB for a float32 Qwen-0.5B)."""
         if self.engine is not None:
             self.engine.close()
             self.engine = None
             self.synced_step = None
+        if self.temp_root is not None:
+            shutil.rmtree(self.temp_root, ignore_errors=True)
+            with contextlib.suppress(OSError):  # another rank's folder still in it: that rank removes it
+                self.temp_root.parent.rmdir()

@@ -107,12 +107,17 @@ class Ct2Engine:
 
         quantization = quantization or default_quantization(device.split(":")[0])
         started = time.perf_counter()
-        folder = convert_model(model, tokenizer, _temporary_folder(temp_root), quantization)
-        engine = cls(folder, tokenizer, eos_token_ids(getattr(model, "generation_config", None),
-                                                      tokenizer),
-                     device=device, num_threads=num_threads, max_batch_size=max_batch_size,
-                     context_length=getattr(model.config, "max_position_embeddings", None),
-                     quantization=quantization, owned_folder=True)
+        folder = _temporary_folder(temp_root)
+        try:  # a conversion or load that fails (a full disk, say) leaves no folder behind
+            convert_model(model, tokenizer, folder, quantization)
+            engine = cls(folder, tokenizer, eos_token_ids(getattr(model, "generation_config", None),
+                                                          tokenizer),
+                         device=device, num_threads=num_threads, max_batch_size=max_batch_size,
+                         context_length=getattr(model.config, "max_position_embeddings", None),
+                         quantization=quantization, owned_folder=True)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         engine.temp_root = temp_root
         engine.last_sync = SyncReport(time.perf_counter() - started - engine.load_s,
                                       engine.load_s, _size(folder), quantization)
@@ -121,16 +126,24 @@ class Ct2Engine:
     def sync(self, model: Any) -> SyncReport:
         """Replace the engine's weights by `model`'s (the trainer's, after an optimizer step):
         convert into a new temporary folder, load it, delete the old one if the engine owns it.
-        The tokenizer and settings stay."""
+        The tokenizer and settings stay. Whatever fails, one folder is left: the old one if the
+        conversion failed, else the new one (which close deletes)."""
         quantization = self.quantization or default_quantization(self._device.split(":")[0])
         started = time.perf_counter()
-        folder = convert_model(model, self._tokenizer, _temporary_folder(self.temp_root), quantization)
+        folder = _temporary_folder(self.temp_root)
+        try:
+            convert_model(model, self._tokenizer, folder, quantization)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         convert_s = time.perf_counter() - started
         old, old_owned = self._folder, self._owned
         self._folder, self._owned, self.quantization = folder, True, quantization
-        load_s = self._load()
-        if old_owned:
-            shutil.rmtree(old, ignore_errors=True)
+        try:
+            load_s = self._load()  # frees the old weights first: the old folder is of no use after
+        finally:
+            if old_owned:
+                shutil.rmtree(old, ignore_errors=True)
         self.last_sync = SyncReport(convert_s, load_s, _size(folder), quantization)
         return self.last_sync
 

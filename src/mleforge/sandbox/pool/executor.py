@@ -216,12 +216,17 @@ class PoolExecutor(LocalExecutor):
             (folder / "passwd").write_text(passwd)
             (folder / "group").write_text(group)
             filter_fd = seccomp_fd(isolation)  # ptrace denied in the zygote and every run it forks
-            plan = bw.ZygotePlan(
-                bwrap=isolation.bwrap or "bwrap", as_root=isolation.as_root, session=session.path, kept=session.kept_dir,
-                public_dir=public_dir, passwd=folder / "passwd", group=folder / "group",
-                ro_binds=self._ro_binds(), seccomp_fd=filter_fd,
-            )
-            command = [*bw.zygote_args(plan), "--", *command]
+            try:  # Zygote.start closes it; until then it is ours
+                plan = bw.ZygotePlan(
+                    bwrap=isolation.bwrap or "bwrap", as_root=isolation.as_root, session=session.path,
+                    kept=session.kept_dir, public_dir=public_dir, passwd=folder / "passwd", group=folder / "group",
+                    ro_binds=self._ro_binds(), seccomp_fd=filter_fd,
+                )
+                command = [*bw.zygote_args(plan), "--", *command]
+            except BaseException:
+                if filter_fd is not None:
+                    os.close(filter_fd)
+                raise
         env = sandbox_env(
             workspace=bw.SANDBOX_WORKSPACE, tmpdir="/tmp" if sandboxed else str(session.path),
             python_bin=os.path.dirname(self.python), cpus=cpus, run_id=RUN_ID_SLOT,

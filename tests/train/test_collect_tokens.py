@@ -1,0 +1,39 @@
+"""benchmarks/collect_tokens.py end to end on a small collect (titanic, one episode of two
+steps): its JSON records the completion budget the collect it ran used."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.policies.test_bundled_models import skip_unless_installed
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_benchmark():
+    spec = importlib.util.spec_from_file_location("collect_tokens", ROOT / "benchmarks" / "collect_tokens.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@skip_unless_installed("qwen2.5-coder-0.5b")
+def test_the_benchmark_records_the_budget_of_the_collect_it_ran(titanic, tmp_path):
+    pytest.importorskip("transformers")
+    from mleforge.train.collect import COMPACT_COMPLETION_CHARS
+
+    bench = load_benchmark()
+    out = tmp_path / "out.json"
+    common = ["--tasks", "titanic", "--episodes", "1", "--steps", "2", "--workers", "1"]
+    assert bench.main([*common, "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["completion_budget_chars"] == COMPACT_COMPLETION_CHARS
+    assert result["samples"] == len(result["rows"]) > 0
+    assert result["samples"] == sum(result["samples_by_stage"].values())
+    # measuring what exists reads the budget from its collect.json: the same figure
+    assert bench.main(["--samples", str(tmp_path / "work" / "samples.jsonl"), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["completion_budget_chars"] == COMPACT_COMPLETION_CHARS
