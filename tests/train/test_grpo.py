@@ -120,3 +120,42 @@ def test_one_grpo_step_trains_the_adapter_and_grows_the_buffer(tiny, titanic, jo
         + metrics.invalid_submission_rate + metrics.lost_rate == pytest.approx(1.0)
     assert metrics.frac_zero_std_groups == 0.0 and metrics.buffer_size == buffer.counts()["live_states"]
     buffer.close()
+
+
+def test_training_close_releases_the_rollout_engine_when_the_reward_close_fails():
+    from mleforge.train.grpo import Training
+
+    closed = []
+
+    class Part:
+        def __init__(self, name, fails=False):
+            self.name, self.fails = name, fails
+
+        def close(self):
+            closed.append(self.name)
+            if self.fails:
+                raise OSError(f"{self.name} failed to close")
+
+    training = Training(trainer=None, reward=Part("reward", fails=True), feed=None, progress=Part("progress"),
+                        full=False, base_spec="bundled:x", rollout=Part("rollout"))
+    with pytest.raises(OSError, match="reward failed to close"):
+        training.close()
+    assert closed == ["progress", "reward", "rollout"]
+
+
+def test_auto_executor_stops_the_pool_on_any_error(monkeypatch):
+    from mleforge.train import grpo
+
+    stopped = []
+
+    class Pool:
+        def resolve_isolation(self):
+            raise KeyboardInterrupt
+
+        def close(self):
+            stopped.append(True)
+
+    monkeypatch.setattr("mleforge.sandbox.make_executor", lambda kind, **options: Pool())
+    with pytest.raises(KeyboardInterrupt):
+        grpo.auto_executor({})
+    assert stopped == [True]

@@ -172,7 +172,9 @@ def ct2_architecture_problem(source: ModelSource, spec: str) -> str | None:
         model_config = AutoConfig.from_pretrained(base.parent if options else source.base, local_files_only=True,
                                                   **options)
     except (OSError, ValueError) as exc:
-        raise TrainError(f"--model {spec} does not load: {exc}") from None
+        raise TrainError(f"--model {spec} does not load: {exc}; check the path (an `mleforge sft`/`train` "
+                         "checkpoint folder or a Hugging Face model folder), or generate with --generation trl") \
+            from None
     if not architecture_converts(model_config):
         return f"CTranslate2 cannot convert {type(model_config).__name__} models ({spec})"
     return None
@@ -292,6 +294,9 @@ def auto_executor(options: dict[str, Any]) -> Any:
     except SandboxError as exc:
         pool.close()
         log.info("the warm pool cannot isolate runs here (%s); training uses the local executor", exc)
+    except BaseException:  # anything else (a bug, Ctrl-C) still stops the pool's zygote
+        pool.close()
+        raise
     return make_executor("local", **options)
 
 
@@ -532,9 +537,15 @@ class Training:
     def close(self) -> None:
         from mleforge.train.generation import close_rollout
 
-        self.progress.close()
-        self.reward.close()
-        close_rollout(self.rollout)
+        # Each part is closed whatever the one before raised: the rollout engine's scratch
+        # weights (gigabytes under <run>/ct2-rollouts/) must go even when the reward's close fails.
+        try:
+            self.progress.close()
+        finally:
+            try:
+                self.reward.close()
+            finally:
+                close_rollout(self.rollout)
 
 
 def build_trainer(plan: Plan, folder: Path, spec: str, buffer: Any, executor: Any, *, renderer: Any = None,
