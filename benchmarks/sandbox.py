@@ -235,17 +235,40 @@ print(json.dumps({"uid": os.geteuid(), "isolation": isolation, "rows": rows}))
 """
 
 
-def _start_latency(task, repeats: int, as_user: str | None) -> list[dict]:
-    """Part 5: the rows of `_LATENCY` as this user and, from root, as `as_user`."""
+# Part 5's runs, each of the two scripts `--repeats` times through both executors: far
+# below this unless a run is stuck.
+LATENCY_TIMEOUT_S = 1800
+
+
+def _unprivileged_user(name: str | None, as_root: bool):
+    """Part 5's `--as-user`: its password entry when this is root and a name is given
+    (None otherwise: part 5 then runs as this user only). Checked before anything runs."""
     import pwd
+
+    from mleforge.errors import ConfigError
+
+    if not as_root or not name:
+        return None
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        raise ConfigError(
+            f"--as-user {name!r}: there is no such user on this machine; name an existing unprivileged user "
+            "(e.g. --as-user nobody), or pass --as-user '' to leave the unprivileged latency runs out"
+        ) from None
+
+
+def _start_latency(task, repeats: int, user) -> list[dict]:
+    """Part 5: the rows of `_LATENCY` as this user and, from root, as `user` (a password
+    entry from _unprivileged_user, or None)."""
     import shutil
 
     src = str(Path(__file__).resolve().parent.parent / "src")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}
     args = [task.id, str(repeats), json.dumps(SCRIPTS)]
     runs = [("this user", [sys.executable, "-c", _LATENCY, *args], env, None)]
-    if os.geteuid() == 0 and as_user:
-        user = pwd.getpwnam(as_user)
+    if user is not None:
+        as_user = user.pw_name
         home = Path(tempfile.mkdtemp(prefix="mleforge-bench-user-"))
         os.chmod(home, 0o700)
         os.chown(home, user.pw_uid, user.pw_gid)
@@ -257,7 +280,16 @@ def _start_latency(task, repeats: int, as_user: str | None) -> list[dict]:
     rows = []
     for who, command, run_env, home in runs:
         try:
-            done = subprocess.run(command, capture_output=True, text=True, env=run_env, timeout=1800)
+            done = subprocess.run(command, capture_output=True, text=True, env=run_env, timeout=LATENCY_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            # Recorded like a failed part: the other parts' hours of figures are kept.
+            tail = exc.stderr or exc.stdout or ""
+            tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
+            rows.append({"who": who, "error": (
+                f"did not finish in {LATENCY_TIMEOUT_S} s (killed): a run stuck in the sandbox, or a machine "
+                f"too loaded for --repeats {repeats}; rerun with --latency-only and fewer --repeats, and look "
+                f"for leftover sandbox processes. Its last output: {tail.strip()[-400:] or '(none)'}")})
+            continue
         finally:
             if home is not None:
                 shutil.rmtree(home, ignore_errors=True)
@@ -310,6 +342,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="the unprivileged user of part 5 when run as root ('' to leave it out)")
     parser.add_argument("--out", type=Path, default=Path("bench-out/sandbox.json"))
     args = parser.parse_args(argv)
+    from mleforge.errors import MleforgeError
+
+    try:
+        return _run(args)
+    except MleforgeError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    user = _unprivileged_user(args.as_user, os.geteuid() == 0)  # before the long parts, not after them
 
     from rich.console import Console
     from rich.table import Table
@@ -324,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     task = TaskRegistry(mlebench=False).get(args.task)
     prepare(task)
     if args.latency_only:
-        latency = _start_latency(task, args.repeats, args.as_user or None)
+        latency = _start_latency(task, args.repeats, user)
         _print_latency(Console(), latency)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"task": task.id, "start_latency": latency}, indent=2) + "\n")
@@ -367,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             executor.close()
         cached.close()
         remove_tree(scratch)
-    latency = _start_latency(task, args.repeats, args.as_user or None)
+    latency = _start_latency(task, args.repeats, user)
 
     def stat(backend_prefix: str, script: str, which: str = "median_s") -> float:
         return next(r[which] for r in overhead if r["backend"].startswith(backend_prefix) and r["script"] == script)

@@ -22,6 +22,7 @@ result of such a run says so in `warnings`, and the log says it once.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -82,7 +83,7 @@ ROOT_NO_NPROC = (
 # let finish at its deadline may read a little over it here.
 TIMEOUT_SLACK_S = 0.5
 _warned: set[str] = set()
-_probed: dict[tuple, str | None] = {}
+_probed: dict[tuple, tuple[str | None, Isolation]] = {}
 _probe_lock = threading.Lock()
 
 
@@ -95,7 +96,9 @@ class Isolation:
     bwrap_version: str | None = None  # "0.11.0"
     bwrap_source: str | None = None  # "system", "bundled" or "MLEFORGE_BWRAP"
     seccomp: str | None = None  # under bwrap: seccomp.status(), "ptrace denied" where the filter is on
-    landlock: str | None = None  # under bwrap: seccomp.landlock_status()
+    # Under bwrap: seccomp.landlock_status(), or "off (...)" where the probe run's script
+    # could not enter its domain (see landlock_of_run).
+    landlock: str | None = None
 
     def describe(self) -> str:
         """One line for logs, run configs and reports: "bwrap 0.11.0 (bundled: /path)" or "none"."""
@@ -245,7 +248,7 @@ class LocalExecutor(BatchRuns):
                 candidate = Isolation("bwrap", path, as_root, bwrap_version=bw.version_text(bw.bwrap_version(path)),
                                       bwrap_source=source, seccomp=seccomp.status(),
                                       landlock=seccomp.landlock_status())
-                why = self._probe(candidate)
+                why, candidate = self._probe(candidate)
                 if why is None:
                     log.info("sandbox: %s", candidate.describe())
                     return candidate
@@ -264,23 +267,27 @@ class LocalExecutor(BatchRuns):
             _warn_once(message)
         return Isolation("none", None, as_root, tuple(warnings))
 
-    def _probe(self, candidate: Isolation) -> str | None:
-        """None if a trivial script runs under `candidate`, else what went wrong."""
+    def _probe(self, candidate: Isolation) -> tuple[str | None, Isolation]:
+        """(None if a trivial script runs under `candidate`, else what went wrong; the
+        candidate as that run found it: its Landlock field "off" where the script could
+        not enter its domain)."""
         key = (self.name, candidate, self.python, self.extra_ro_binds)
         with _probe_lock:
             if key in _probed:
                 return _probed[key]
             limits = RunLimits(timeout_s=30, memory_mb=512, cpus=1)
+            found = candidate
             try:
                 result = self._execute("print('sandbox-ok')", "probe", None, limits, candidate, False, None)
                 why = None if result.ok and "sandbox-ok" in result.stdout else (
                     f"it does not work here (exit {result.returncode}, signal {result.signal}): "
                     f"{result.stderr.strip()[-500:]}"
                 )
+                found = dataclasses.replace(candidate, landlock=result.landlock)
             except SandboxError as exc:
                 why = f"it does not work here: {exc}"
-            _probed[key] = why
-            return why
+            _probed[key] = why, found
+            return why, found
 
     def _ro_binds(self) -> tuple[str, ...]:
         return (*python_roots(self.python), *self.extra_ro_binds)
@@ -486,6 +493,11 @@ class LocalExecutor(BatchRuns):
             warnings.append(refused)
         if watched.stuck:
             warnings.append("a process of the run survived SIGKILL for 10 s (uninterruptible I/O?)")
+        not_entered = (exit_event or {}).get("landlock_off")
+        landlock = landlock_of_run(isolation.landlock, not_entered)
+        if not_entered and not str(isolation.landlock).startswith("off"):  # the executor's record said on
+            warnings.append(f"the script ran outside its Landlock domain ({not_entered}): /proc/<pid>/mem of "
+                            "processes outside the script was open to it (the seccomp filter still denied ptrace)")
         if exit_event is not None:
             returncode, signal_number = exit_event.get("returncode"), exit_event.get("signal")
             timed_out = bool(exit_event.get("timed_out"))
@@ -522,7 +534,7 @@ class LocalExecutor(BatchRuns):
             stdout=stdout, stderr=stderr, stdout_bytes=watched.stdout.total,
             stderr_bytes=watched.stderr.total, submission_path=str(submission) if submission else None,
             isolation=isolation.kind, bwrap=isolation.bwrap, bwrap_version=isolation.bwrap_version,
-            warnings=tuple(warnings),
+            landlock=landlock, warnings=tuple(warnings),
             workspace=str(kept.path) if kept else None,
             script_sha256=hashlib.sha256(script.encode("utf-8")).hexdigest(), limits=limits.to_dict(),
         )
@@ -537,6 +549,15 @@ def run_memory_limit_kb(limits: RunLimits, baseline_kb: int = 0) -> int:
     """The whole run's memory limit (see process.tree_memory_kb), `baseline_kb` on top
     (a warm pool's run shares the zygote's memory)."""
     return (limits.memory_mb + RUN_MEMORY_SLACK_MB) * 1024 + baseline_kb
+
+
+def landlock_of_run(recorded: str | None, not_entered: str | None) -> str | None:
+    """A run's Landlock field: the executor's record (`recorded`: seccomp.landlock_status(),
+    None without bwrap) when the script entered its domain, else "off" with the reason the
+    supervisor reported (`not_entered`, from its exit line)."""
+    if not not_entered:
+        return recorded
+    return f"off (not applied in this run: {not_entered})"
 
 
 def seccomp_fd(isolation: Isolation) -> int | None:

@@ -50,6 +50,9 @@ class ExecutionResult:
     warnings: tuple[str, ...] = ()
     bwrap: str | None = None  # the bwrap binary that isolated the run (path)
     bwrap_version: str | None = None  # its version, "0.11.0"
+    # The script's Landlock domain in this run: the executor's record of it (seccomp.landlock_status())
+    # when the supervisor entered it, "off (...)" with the reason when it could not; None without bwrap.
+    landlock: str | None = None
     workspace: str | None = None  # kept workspaces only
     script_sha256: str = ""
     limits: dict[str, Any] = field(default_factory=dict)

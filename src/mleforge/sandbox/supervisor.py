@@ -13,7 +13,8 @@ marshalled dict, in hex. It
 4. forks: the child runs the script as `__main__` in this already started
    interpreter (no second interpreter start), in its own process group,
 5. waits for it under the wall-clock timeout, kills whatever it left behind,
-   and writes one JSON line to the status pipe: exit status, signal, rusage.
+   and writes one JSON line to the status pipe: exit status, signal, rusage, and
+   why the script's Landlock domain could not be entered, if it could not.
 
 Waiting with `wait4` on our own child is what gives exact exit statuses and
 per-run rusage (the parent's RUSAGE_CHILDREN would mix concurrent runs, and
@@ -63,8 +64,8 @@ def _json(value) -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str):  # our own event names: no escaping needed
-        return '"' + value + '"'
+    if isinstance(value, str):  # event names and errno text: only quotes and backslashes to escape
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return repr(value)
 
 
@@ -202,11 +203,13 @@ def _forget_the_zygote() -> None:
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_RESTRICT_SELF = 444, 446  # the same on x86_64 and aarch64
 LANDLOCK_ACCESS_FS_MAKE_CHAR, LANDLOCK_ACCESS_FS_MAKE_BLOCK = 1 << 6, 1 << 11
 PR_SET_NO_NEW_PRIVS = 38
+LANDLOCK_REPORT_MAX = 512  # below PIPE_BUF: the child's one write is atomic
 
 
-def _landlock_scope() -> bool:
+def _landlock_scope() -> str | None:
     """In the forked child, before the script: enter a Landlock domain of its own.
-    False where the kernel has no Landlock (the seccomp filter still holds)."""
+    None when it did; else which call failed and why (no Landlock in this kernel, say:
+    the seccomp filter still holds, and the run's record says the domain is off)."""
     import ctypes
     import struct
 
@@ -215,13 +218,46 @@ def _landlock_scope() -> bool:
     attr = ctypes.create_string_buffer(struct.pack("=Q", LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK), 8)
     ruleset = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(8), ctypes.c_uint32(0))
     if ruleset < 0:
-        return False
+        return _failed("landlock_create_ruleset", ctypes.get_errno())
     try:
         if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            return False
-        return libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0
+            return _failed("prctl(PR_SET_NO_NEW_PRIVS)", ctypes.get_errno())
+        if libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+            return _failed("landlock_restrict_self", ctypes.get_errno())
+        return None
     finally:
         os.close(ruleset)
+
+
+def _failed(call: str, errno_value: int) -> str:
+    import errno  # built in: no file to load, and only on this path
+
+    return f"{call} failed: {errno.errorcode.get(errno_value, str(errno_value))} ({os.strerror(errno_value)})"
+
+
+def _enter_landlock(report_fd: int) -> None:
+    """In the forked child: enter the domain, and tell the supervisor through `report_fd`
+    when that failed (one short write: atomic, and the empty pipe cannot block it).
+    Closed before the script exists, so the script cannot write a report of its own."""
+    why = _landlock_scope()
+    if why is not None:
+        try:  # noqa: SIM105
+            os.write(report_fd, why.encode()[:LANDLOCK_REPORT_MAX])
+        except OSError:
+            pass
+    os.close(report_fd)
+
+
+def _landlock_report(report_fd: int) -> str | None:
+    """After the script's process is reaped: why its Landlock domain was not entered, or
+    None (entered, or the child ended before it got there: then no script ran)."""
+    try:
+        data = os.read(report_fd, LANDLOCK_REPORT_MAX)
+    except OSError:
+        data = b""
+    finally:
+        os.close(report_fd)
+    return data.decode(errors="replace") or None
 
 
 def _run_script(script: str, status_fd: int, pdeathsig: bool, warm: bool = False, supervisor: int = 0) -> None:
@@ -349,11 +385,17 @@ def supervise(cfg: dict) -> None:
     # so the handler kills the new script instead of exiting and leaving it running.
     signal.pthread_sigmask(signal.SIG_BLOCK, {PARENT_DIED})
     supervisor = os.getpid()
+    # The child says through this pipe whether it entered its Landlock domain: the exit
+    # line carries that on, and the run's record says "off" when it did not.
+    report_r, report_w = os.pipe() if cfg.get("landlock") else (None, None)
     child = os.fork()
     if child == 0:
-        if cfg.get("landlock"):
-            _landlock_scope()
+        if report_w is not None:
+            os.close(report_r)
+            _enter_landlock(report_w)
         _run_script(cfg["script"], status_fd, bool(cfg.get("pdeathsig")), bool(cfg.get("warm")), supervisor)
+    if report_w is not None:
+        os.close(report_w)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {PARENT_DIED})
     _emit(status_fd, {"event": "spawned", "pid": child})
 
@@ -376,6 +418,7 @@ def supervise(cfg: dict) -> None:
         "timed_out": timed_out,
         "cpu_s": cpu_s,
         "maxrss_kb": maxrss,
+        "landlock_off": _landlock_report(report_r) if report_r is not None else None,
     })
 
 

@@ -155,7 +155,7 @@ class PoolExecutor(LocalExecutor):
                 "inside bwrap, may still isolate runs here"
             ) from exc
 
-    def _probe(self, candidate: Isolation) -> str | None:
+    def _probe(self, candidate: Isolation) -> tuple[str | None, Isolation]:
         """Probe with a zygote that preloads nothing (no task data: see _start), then stop it."""
         try:
             return super()._probe(candidate)

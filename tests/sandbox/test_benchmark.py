@@ -1,0 +1,46 @@
+"""benchmarks/sandbox.py: its arguments are checked before anything long runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pwd
+from pathlib import Path
+
+import pytest
+
+from mleforge.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+NO_SUCH_USER = "mleforge-no-such-user"
+
+
+def load_benchmark():
+    spec = importlib.util.spec_from_file_location("bench_sandbox", ROOT / "benchmarks" / "sandbox.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = load_benchmark()
+
+
+def test_an_unknown_as_user_is_a_clear_error():
+    with pytest.raises(ConfigError, match=f"--as-user '{NO_SUCH_USER}': there is no such user") as caught:
+        bench._unprivileged_user(NO_SUCH_USER, as_root=True)
+    assert "--as-user nobody" in str(caught.value) and "--as-user ''" in str(caught.value)
+    # Used only from root, and left out with an empty name: nothing to check then.
+    assert bench._unprivileged_user(NO_SUCH_USER, as_root=False) is None
+    assert bench._unprivileged_user("", as_root=True) is None
+    root = pwd.getpwuid(0).pw_name
+    assert bench._unprivileged_user(root, as_root=True).pw_uid == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="--as-user is used only when the benchmark runs as root")
+def test_the_benchmark_stops_on_an_unknown_as_user_before_running_anything(tmp_path):
+    out = tmp_path / "sandbox.json"
+    with pytest.raises(SystemExit) as stopped:
+        # An unknown task too: the user is checked first, before the task is looked up.
+        bench.main(["--latency-only", "--as-user", NO_SUCH_USER, "--task", "no-such-task", "--out", str(out)])
+    assert str(stopped.value.code).startswith(f"error: --as-user '{NO_SUCH_USER}': there is no such user")
+    assert not out.exists()
