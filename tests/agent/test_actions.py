@@ -185,13 +185,45 @@ def test_edits_inside_a_fence_and_deletions():
     assert action.code == BASE.replace('print("val", 0.8)\n', "") and action.plan == "Drop the print."
 
 
-def test_trailing_whitespace_tolerated_but_not_indentation():
+def test_trailing_whitespace_tolerated():
     text = edit("model.fit(train)   \t", "model.fit(train.dropna())")
     assert "train.dropna()" in parse_completion(text, "debug", BASE).code
     base = BASE.replace("model.fit(train)", "model.fit(train)  ")  # trailing spaces in the script
     assert "train.dropna()" in parse_completion(edit("model.fit(train)", "model.fit(train.dropna())"), "debug", base).code
+    # a REPLACE that cannot lose the SEARCH's extra indentation is not one block moved
     err = refused(edit("    model.fit(train)", "x"), "debug", BASE)
     assert err.kind == "search_not_found"
+
+
+NESTED = """def make_model():
+    estimator = Boost(
+        learning_rate=0.1, max_iter=200,
+    )
+    return estimator
+"""
+
+
+def test_a_block_quoted_at_another_depth_is_moved_by_that_depth():
+    # measured: a fine-tuned Qwen quoted the 8-space line with 4 spaces, 3 rollouts of 4
+    shallow = edit("    learning_rate=0.1, max_iter=200,", "    learning_rate=0.05, max_iter=200,")
+    assert parse_completion(shallow, "improve", NESTED).code == NESTED.replace("0.1,", "0.05,")
+    # two lines, both off by the same prefix; the REPLACE keeps its own relative indentation
+    text = edit("estimator = Boost(\n    learning_rate=0.1, max_iter=200,",
+                "estimator = Boost(\n    learning_rate=0.1,\n    max_iter=300,")
+    assert parse_completion(text, "improve", NESTED).code == NESTED.replace(
+        "        learning_rate=0.1, max_iter=200,", "        learning_rate=0.1,\n        max_iter=300,")
+    # quoted deeper than the script: the prefix comes off the REPLACE lines
+    deep = edit("        return estimator", "        return estimator.fit")
+    assert parse_completion(deep, "improve", NESTED).code == NESTED.replace("return estimator", "return estimator.fit")
+
+
+def test_indentation_off_by_different_amounts_or_ambiguous_is_refused():
+    # line 1 is 4 spaces shallow, line 2 is not: not one block moved, so not found
+    text = edit("estimator = Boost(\n        learning_rate=0.1, max_iter=200,", "x = 1")
+    assert refused(text, "improve", NESTED).kind == "search_not_found"
+    base = "if a:\n    f(1)\nif b:\n        f(1)\n"
+    err = refused(edit("  f(1)", "  f(2)"), "improve", base)  # matches both at another depth: never a guess
+    assert err.kind == "search_ambiguous" and "(at lines 2 and 4)" in err.reason
 
 
 def test_search_not_found_names_the_edit_and_first_line():

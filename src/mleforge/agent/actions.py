@@ -15,8 +15,12 @@ B (debug, improve): a plan and one or more search/replace edits of the target
 
    Edits apply in order, each to the script as the previous ones left it. A
    SEARCH must match exactly once: first as whole lines, exactly; failing
-   that, with trailing whitespace ignored on every line; more than one match
-   at either step is an error (never a guess).
+   that, with trailing whitespace ignored on every line; failing that, with
+   the whole block indented by a different amount (every non-blank line of the
+   SEARCH off the script's by the same leading prefix: the REPLACE lines are
+   then re-indented by that prefix, as a model that quoted a nested block at
+   the wrong depth meant). More than one match at any step is an error (never
+   a guess), and so is an indentation that differs line by line.
 
 Anything else raises `ActionFormatError` with a `kind` (for counting) and a
 `reason` (for the log and for the reward's breakdown); no other exception
@@ -356,16 +360,51 @@ def _find_lines(haystack: list[str], needle: tuple[str, ...] | list[str], limit:
     return found
 
 
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def _reindent(found: list[str], search: tuple[str, ...], replace: tuple[str, ...]) -> tuple[str, ...] | None:
+    """`replace` moved by the one leading prefix that turns every non-blank SEARCH line into
+    the script's `found` line (added where the script is deeper, taken off where the SEARCH
+    is); None when the lines differ by different amounts, or a REPLACE line lacks the
+    prefix to take off."""
+    pairs = [(_indent(f), _indent(q)) for f, q in zip(found, search) if q.strip()]
+    if not pairs:
+        return None
+    script, quoted = pairs[0]
+    if script.endswith(quoted):
+        extra, deeper = script[: len(script) - len(quoted)], True
+    elif quoted.endswith(script):
+        extra, deeper = quoted[: len(quoted) - len(script)], False
+    else:
+        return None
+    if deeper and any(f != extra + q for f, q in pairs) or not deeper and any(q != extra + f for f, q in pairs):
+        return None
+    if deeper:
+        return tuple(extra + line if line.strip() else line for line in replace)
+    if any(line.strip() and not line.startswith(extra) for line in replace):
+        return None
+    return tuple(line[len(extra):] if line.strip() else line for line in replace)
+
+
 def _apply_edit(code: str, edit: _Edit) -> str:
     lines = code.split("\n")
-    for tolerant in (False, True):
-        if tolerant:
+    for level in ("exact", "trailing", "indent"):
+        replace: tuple[str, ...] | None = tuple(edit.replace)
+        if level == "exact":
+            at = _find_lines(lines, edit.search)
+        elif level == "trailing":
             at = _find_lines([s.rstrip() for s in lines], [s.rstrip() for s in edit.search])
         else:
-            at = _find_lines(lines, edit.search)
+            at = _find_lines([s.strip() for s in lines], [s.strip() for s in edit.search])
+            if len(at) == 1:
+                replace = _reindent(lines[at[0]:at[0] + len(edit.search)], tuple(edit.search), replace)
+                if replace is None:
+                    break  # quoted at another depth line by line: not one block moved; not found
         if len(at) == 1:
             pos = at[0]
-            return "\n".join([*lines[:pos], *edit.replace, *lines[pos + len(edit.search):]])
+            return "\n".join([*lines[:pos], *replace, *lines[pos + len(edit.search):]])
         if len(at) > 1:
             raise ActionFormatError(
                 "search_ambiguous",
