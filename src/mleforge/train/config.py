@@ -4,13 +4,14 @@ The defaults are the `cpu` preset, the main job (`mleforge train` with no argume
 bundled Qwen2.5-Coder-0.5B with LoRA, on the lite tasks, on a CPU. A GRPO step there costs
 a generation (CTranslate2, a group's prompt prefilled once) and a forward and backward pass
 over every token of every sequence, and the prompt is most of those tokens: the compact
-profile's 1,200-1,550 (the full improve prompt of titanic is 3,600). So a step holds one
-state x 4 rollouts, completions are capped at 192 tokens (the template expert's short
-compact edits are 55-188), the seeds are the debug and improve states of expert journals
-(their answers are such edits), 6 steps, and an --sft auto warm start of 8 single-sample
-steps. Measured on 2 cores (README, "The cpu preset"): a first GRPO step of 121 s
-(generation 51, sync 12.5, update 58), SFT 8 steps 5:55; the warm start is still too short
-for the model to write well-formed edits. `gpu-1x` (`PRESETS`) overrides them for one GPU. Values are checked here, without touching the file
+profile's 1,200-1,520 for improve states (the full improve prompt of titanic is 3,600). So a
+step holds one state x 4 rollouts at temperature 0.8, completions are capped at 192 tokens
+(the template expert's short compact edits are 55-188), the seeds are the debug and improve
+states of expert journals (their answers are such edits; no empty drafts), 4 steps at lr
+5e-5, and an --sft auto warm start of 22 single-sample steps at lr 2e-4 (8 at 1e-4 left 7 of
+8 step-wise completions malformed; 22 at 2e-4 gave 8 of 8 valid). Measured on 2 cores
+(README, "The cpu preset"): SFT 13:00, a GRPO step 5-6 min (generation 42-47 s, sync 11-14
+s, update 164-252 s), the whole job 55 min. `gpu-1x` (`PRESETS`) overrides them for one GPU. Values are checked here, without touching the file
 system; what depends on the machine (extras, the model, the tasks) is checked by
 `mleforge.train.grpo.preflight` before anything heavy starts.
 """
