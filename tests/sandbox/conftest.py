@@ -49,6 +49,19 @@ def secret_env(monkeypatch):
     return SECRETS
 
 
+def run_once_isolated(cls, task, base_dir, script="print('hi')"):
+    """(the isolation `cls`'s bwrap executor resolved, its result of `script` on `task`);
+    the test is skipped where bwrap does not work on this machine."""
+    from mleforge.errors import SandboxError
+
+    with cls("bwrap", base_dir=base_dir) as executor:
+        try:
+            isolation = executor.resolve_isolation()
+        except SandboxError as exc:
+            pytest.skip(f"bwrap does not work here: {exc}")
+        return isolation, executor.run(script, task)
+
+
 @pytest.fixture(scope="session")
 def sandbox_base(tmp_path_factory):
     return tmp_path_factory.mktemp("ws-base")

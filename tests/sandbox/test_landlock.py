@@ -10,13 +10,13 @@ import textwrap
 
 import pytest
 
-from mleforge.errors import SandboxError
 from mleforge.sandbox import RunLimits, seccomp
 from mleforge.sandbox.interpreter import supervisor_command
 from mleforge.sandbox.local import Isolation, LocalExecutor, landlock_of_run
 from mleforge.sandbox.output import CappedCapture
 from mleforge.sandbox.pool.executor import PoolExecutor
 from mleforge.sandbox.process import Watched, _parse_events
+from tests.sandbox.conftest import run_once_isolated
 
 ON = "/proc of processes outside the script denied (ABI 7)"
 E2BIG = "landlock_restrict_self failed: E2BIG (Argument list too long)"
@@ -111,12 +111,7 @@ def test_the_supervisor_reports_a_domain_it_could_not_enter(tmp_path):
 @pytest.mark.skipif(not _landlock_here(), reason="no Landlock in this kernel")
 @pytest.mark.parametrize("cls", [LocalExecutor, PoolExecutor])
 def test_a_sandboxed_run_records_its_domain_as_on(cls, canary, tmp_path):
-    with cls("bwrap", base_dir=tmp_path) as executor:
-        try:
-            isolation = executor.resolve_isolation()
-        except SandboxError as exc:
-            pytest.skip(f"bwrap does not work here: {exc}")
-        result = executor.run("print('hi')", canary)
+    isolation, result = run_once_isolated(cls, canary, tmp_path)
     assert result.ok
     assert result.landlock == isolation.landlock == isolation.to_dict()["landlock"] == seccomp.landlock_status()
     assert not any("Landlock" in w for w in result.warnings)

@@ -23,7 +23,7 @@ from mleforge.sandbox import ExecutionResult, make_executor
 from mleforge.sandbox.env import THREAD_VARS
 from mleforge.sandbox.local import LocalExecutor
 from mleforge.sandbox.process import marked_processes
-from tests.sandbox.conftest import CANARY_TASK
+from tests.sandbox.conftest import CANARY_TASK, run_once_isolated
 from tests.waiting import wait_for
 
 SOLUTION = (Path(__file__).parent / "hostile" / "valid_solution.py").read_text()
@@ -255,12 +255,7 @@ def test_the_bwrap_used_is_recorded(canary, tmp_path, monkeypatch):
     if not candidates:
         pytest.skip("no bwrap on this machine, system or bundled")
     bundled = bw.bundled_bwrap()
-    with LocalExecutor("bwrap", base_dir=tmp_path) as executor:
-        try:
-            chosen = executor.resolve_isolation()
-        except SandboxError as exc:
-            pytest.skip(f"bwrap does not work here: {exc}")
-        result = executor.run("print('hi')", canary)
+    chosen, result = run_once_isolated(LocalExecutor, canary, tmp_path)
     assert (chosen.bwrap, chosen.bwrap_source) in candidates
     assert result.bwrap == chosen.bwrap
     assert result.bwrap_version == bw.version_text(bw.bwrap_version(chosen.bwrap)) != "unknown"
