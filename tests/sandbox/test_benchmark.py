@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pwd
-from pathlib import Path
 
 import pytest
 
 from mleforge.errors import ConfigError
+from tests.benchmark_module import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
 NO_SUCH_USER = "mleforge-no-such-user"
 
 
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("bench_sandbox", ROOT / "benchmarks" / "sandbox.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-bench = load_benchmark()
+bench = load_benchmark("sandbox")
 
 
 def test_an_unknown_as_user_is_a_clear_error():

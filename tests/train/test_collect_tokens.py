@@ -3,22 +3,12 @@ steps): its JSON records the completion budget the collect it ran used."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
+from tests.benchmark_module import load_benchmark
 from tests.policies.test_bundled_models import skip_unless_installed
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("collect_tokens", ROOT / "benchmarks" / "collect_tokens.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @skip_unless_installed("qwen2.5-coder-0.5b")
@@ -26,7 +16,7 @@ def test_the_benchmark_records_the_budget_of_the_collect_it_ran(titanic, tmp_pat
     pytest.importorskip("transformers")
     from mleforge.train.collect import COMPACT_COMPLETION_CHARS
 
-    bench = load_benchmark()
+    bench = load_benchmark("collect_tokens")
     out = tmp_path / "out.json"
     common = ["--tasks", "titanic", "--episodes", "1", "--steps", "2", "--workers", "1"]
     assert bench.main([*common, "--work", str(tmp_path / "work"), "--out", str(out)]) == 0

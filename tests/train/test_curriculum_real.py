@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -12,18 +11,9 @@ import pytest
 
 from mleforge.errors import ConfigError
 from mleforge.train.records import RolloutLine
+from tests.benchmark_module import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("curriculum_real", ROOT / "benchmarks" / "curriculum_real.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = load_benchmark()
+bench = load_benchmark("curriculum_real")
 
 
 def test_over_seeds_is_the_mean_and_the_sample_sem():
