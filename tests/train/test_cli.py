@@ -186,3 +186,6 @@ def test_the_flags_map_onto_the_config():
     assert (config.model.full, config.model.lora_rank, config.buffer_growth, config.sampler) == (True, 8, False,
                                                                                                  "uniform")
     assert overrides(build_parser().parse_args(["train"])) == {}  # no flag: the preset's defaults
+    warm = overrides(build_parser().parse_args(["train", "--sft-steps", "5", "--sft-lr", "0.001",
+                                                "--sft-loss-samples", "4"]))
+    assert warm == {"sft_steps": 5, "sft_lr": 0.001, "sft_loss_samples": 4}

@@ -83,3 +83,29 @@ def test_bad_samples_are_refused_with_file_and_line(tmp_path):
         read_samples(path)
     with pytest.raises(ConfigError, match="no samples at"):
         read_samples(tmp_path / "missing.jsonl")
+
+
+def test_the_loss_is_measured_on_a_seeded_subset_of_loss_samples():
+    from mleforge.train.sft import loss_subset
+
+    rows = [f"s{i}" for i in range(10)]
+    picked = loss_subset(rows, 4, seed=3)
+    assert len(picked) == 4 and len(set(picked)) == 4 and set(picked) <= set(rows)
+    assert loss_subset(rows, 4, seed=3) == picked  # the same seed, the same subset
+    assert loss_subset(rows, 10, seed=3) == rows and loss_subset(rows, 32, seed=0) == rows
+    with pytest.raises(ConfigError, match="sft.loss_samples"):
+        SFTConfig(samples="s.jsonl", out="run", loss_samples=0)
+
+
+def test_a_run_written_before_a_setting_existed_resumes_when_it_has_the_default(tmp_path):
+    import yaml
+
+    from mleforge.train.sft import _check_same_run
+
+    config = SFTConfig(samples="s.jsonl", out=str(tmp_path))
+    old = config.to_dict()
+    del old["loss_samples"]  # a config.yaml from before loss_samples: it read as the default, 32
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
+    _check_same_run(tmp_path, config)
+    with pytest.raises(TrainError, match=r"different loss_samples"):
+        _check_same_run(tmp_path, SFTConfig(samples="s.jsonl", out=str(tmp_path), loss_samples=8))

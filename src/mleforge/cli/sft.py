@@ -24,6 +24,8 @@ def register(subparsers) -> None:
     p.add_argument("--grad-accum", type=int, default=4, help="forward passes per optimizer step (default %(default)s)")
     p.add_argument("--max-length", type=int, default=4096,
                    help="prompt + completion tokens; longer samples are left out (default %(default)s)")
+    p.add_argument("--loss-samples", type=int, default=32,
+                   help="samples the loss before and after is measured on (a seeded subset; default %(default)s)")
     p.add_argument("--stages", help="train only on these stages (comma-separated: draft,debug,improve)")
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--seed", type=int, default=0)
@@ -40,7 +42,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
         samples=args.samples, out=str(Path(args.out or f"runs/sft/{safe}")),
         model=ModelConfig(spec=args.model, full=args.full, lora_rank=args.lora_rank, threads=args.threads),
         epochs=args.epochs, max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size,
-        grad_accum=args.grad_accum, max_length=args.max_length, stages=stages, seed=args.seed,
+        grad_accum=args.grad_accum, max_length=args.max_length, stages=stages,
+        loss_samples=args.loss_samples, seed=args.seed,
     )
     as_json = getattr(args, "json", False)
     result = run_sft(config, progress=not as_json)

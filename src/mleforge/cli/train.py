@@ -23,7 +23,7 @@ FLAGS = {
     "lr": "lr", "lora_rank": "model.lora_rank", "sampler": "sampler", "sft": "sft", "seed": "seed",
     "journals": "journals", "executor": "executor", "isolation": "isolation", "feedback": "feedback", "generation": "generation", "threads": "model.threads",
     "exec_workers": "exec_workers", "micro_batch": "micro_batch", "sft_steps": "sft_steps", "sft_lr": "sft_lr",
-    "temperature": "temperature", "sft_max_length": "sft_max_length",
+    "temperature": "temperature", "sft_max_length": "sft_max_length", "sft_loss_samples": "sft_loss_samples",
     "expert_steps": "expert_steps", "stepwise_states": "stepwise_states", "quantization": "quantization",
     "rollout_quantization": "rollout_quantization", "sync_every": "sync_every",
 }
@@ -79,6 +79,8 @@ def register(subparsers) -> None:
     p.add_argument("--sft-lr", type=float, help="learning rate of the --sft auto warm start (default 2e-4)")
     p.add_argument("--temperature", type=float, help="sampling temperature of the GRPO rollouts")
     p.add_argument("--sft-max-length", type=int, help="token cap of a warm-start sample (default 4096)")
+    p.add_argument("--sft-loss-samples", type=int, help="warm-start samples its loss before and after is "
+                                                        "measured on (default 8)")
     p.add_argument("--expert-steps", type=int, help="steps of each template-expert episode (seeds, warm start, "
                                                     "step-wise states; default 6)")
     p.add_argument("--stepwise-states", type=int, help="states of the step-wise evaluation before and after "

@@ -125,20 +125,16 @@ def _needed_imports(spec: ScriptSpec, profile: TaskProfile, module: str, name: s
 
 
 def _imports_section(need: dict[str, set[str]]) -> str:
-    # Thread counts are the sandbox's to set (OMP_NUM_THREADS and friends: its CPU share).
+    # Thread counts and OMP_WAIT_POLICY=PASSIVE are the sandbox's to set (mleforge.sandbox.env):
+    # a line the script spends on them is ~100 prompt tokens of every state that shows it.
     third_party = [f"from {m} import {', '.join(sorted(need[m]))}" for m in sorted(need)]
     return "\n".join([
         "import os",
+        "import warnings",
         "",
-        "# Idle OpenMP threads sleep instead of spinning: on a busy machine spinning threads",
-        "# starve the working ones, and boosting slows down tenfold. Set before numpy loads.",
-        'os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")',
-        "",
-        "import warnings  # noqa: E402",
-        "",
-        "import numpy as np  # noqa: E402",
-        "import pandas as pd  # noqa: E402",
-        *(f"{line}  # noqa: E402" for line in third_party),
+        "import numpy as np",
+        "import pandas as pd",
+        *third_party,
     ])
 
 

@@ -366,7 +366,8 @@ def warm_start(plan: Plan, folder: Path, collected: Any, progress: bool) -> str:
     result = run_sft(SFTConfig(samples=collected.samples_path, out=str(folder / SFT_DIR), model=config.model,
                                max_steps=config.sft_steps, lr=config.sft_lr, batch_size=config.sft_batch_size,
                                grad_accum=config.sft_grad_accum, max_length=config.sft_max_length,
-                               stages=config.seed_stages, seed=config.seed), progress=progress)
+                               stages=config.seed_stages, loss_samples=config.sft_loss_samples,
+                               seed=config.seed), progress=progress)
     return f"hf:{result.model_dir}"
 
 

@@ -42,7 +42,6 @@ from mleforge.train.samples import SFTSample, fit_samples, read_samples, tasks_o
 
 MODEL_DIR = "model"
 CHECKPOINTS_DIR = "checkpoints"
-LOSS_SAMPLES = 32  # samples the loss before/after is measured on (a seeded subset)
 
 
 @dataclass(frozen=True)
@@ -91,10 +90,11 @@ def completion_loss(model: Any, tokenizer: Any, samples: Sequence[SFTSample]) ->
     return total / count
 
 
-def _loss_subset(samples: Sequence[SFTSample], seed: int) -> list[SFTSample]:
-    if len(samples) <= LOSS_SAMPLES:
+def loss_subset(samples: Sequence[SFTSample], size: int, seed: int) -> list[SFTSample]:
+    """The samples the loss before and after is measured on: all of them, or a seeded `size`."""
+    if len(samples) <= size:
         return list(samples)
-    return random.Random(seed).sample(list(samples), LOSS_SAMPLES)
+    return random.Random(seed).sample(list(samples), size)
 
 
 def _metrics_callback(path: Path) -> Any:
@@ -132,7 +132,7 @@ def run_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
     if not kept:
         raise TrainError(f"every sample is longer than max_length={config.max_length} tokens; raise "
                          "--max-length or collect with a compact prompt")
-    subset = _loss_subset(kept, config.seed)
+    subset = loss_subset(kept, config.loss_samples, config.seed)
     loss_before = completion_loss(loaded.model, loaded.tokenizer, subset)
     tasks = tasks_of(kept)
     record = {"kind": "sft", "tasks": tasks, "model": config.model.spec, "samples": len(kept),
@@ -205,6 +205,8 @@ def _check_same_run(run_dir: Path, config: SFTConfig) -> None:
     data = config.to_dict()
     if path.is_file():
         saved = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # A setting added since the run was written reads as its default.
+        saved = {**{k: v for k, v in SFTConfig(samples="-", out="-").to_dict().items() if k not in saved}, **saved}
         if saved != data:
             changed = sorted(k for k in data if saved.get(k) != data[k])
             raise TrainError(f"{run_dir} holds another SFT run (different {', '.join(changed)}); "

@@ -1,0 +1,140 @@
+"""A GRPO update's log-probabilities on a CPU: TRL's fused LM head against the completion-only path.
+
+    python benchmarks/lm_head.py --tiny --out bench-out/lm_head-tiny.json        # plumbing, seconds
+    python benchmarks/lm_head.py --out bench-out/lm_head.json                    # the bundled Qwen, minutes
+
+On a device without Triton, TRL 1.16's fused LM head (what `GRPOTrainer` computes the
+per-token log-probabilities with) projects every position of a sequence through the
+vocabulary; mleforge's trainer (mleforge.train.trainer.completion_logps) asks the model's
+own forward for the completion positions' logits only. This times both on one sequence of
+the CPU main job's shape: `--prompt-tokens` of prompt and `--completion-tokens` of completion
+(the compact improve prompt's median is ~1,380 tokens and the cpu preset caps completions at
+192), with LoRA (the preset's rank, all linear layers) on the model, `--repeats` times each
+in alternation: a forward (log-probabilities and entropies, as the loss asks) and a backward
+of their sum, which is what one micro-batch of the update does before the optimizer.
+It also checks that both give the same log-probabilities (max absolute difference).
+
+Writes JSON to --out and prints a table: seconds per forward+backward (median over the
+repeats) for each path and their ratio, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does, before torch loads
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPERATURE = 0.8  # the cpu preset's rollout temperature
+
+
+def load(args: argparse.Namespace, work: Path) -> Any:
+    from peft import get_peft_model
+    from trl.trainer.utils import add_fused_lm_head
+
+    from mleforge.train.config import ModelConfig
+    from mleforge.train.model import load_for_training
+
+    spec = args.model
+    if args.tiny:
+        sys.path.insert(0, str(ROOT))
+        from tests.train.tiny import tiny_model
+
+        spec = f"hf:{tiny_model(work / 'tiny')}"
+    loaded = load_for_training(ModelConfig(spec=spec, lora_rank=args.lora_rank, threads=args.threads))
+    add_fused_lm_head(loaded.model, temperature=TEMPERATURE, outputs=("log_probs", "entropy"))  # as GRPOTrainer does
+    model = get_peft_model(loaded.model, loaded.peft_config)
+    model.train()
+    return spec, model
+
+
+def fused(model: Any, ids: Any, mask: Any, keep: int) -> Any:
+    """TRL 1.16's GRPOTrainer._get_per_token_logps_and_entropies, one chunk."""
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :-keep] = -100
+    out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    return out.log_probs[:, -keep:], out.entropy[:, -keep:]
+
+
+def ours(model: Any, ids: Any, mask: Any, keep: int) -> Any:
+    from mleforge.train.trainer import completion_logps
+
+    logps, entropy, _ = completion_logps(model, ids, mask, keep, batch_size=1, compute_entropy=True,
+                                         temperature=TEMPERATURE, entropy_requires_grad=False)
+    return logps, entropy
+
+
+def timed(path: Any, model: Any, ids: Any, mask: Any, keep: int) -> tuple[float, Any]:
+    model.zero_grad(set_to_none=True)
+    started = time.perf_counter()
+    logps, entropy = path(model, ids, mask, keep)
+    (logps.sum() + entropy.detach().sum() * 0).backward()
+    return time.perf_counter() - started, logps.detach()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="bundled:qwen2.5-coder-0.5b")
+    parser.add_argument("--tiny", action="store_true", help="a tiny random model built here instead of --model")
+    parser.add_argument("--prompt-tokens", type=int, default=1380)
+    parser.add_argument("--completion-tokens", type=int, default=192)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--lora-rank", type=int, default=16)
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="bench-out/lm_head.json")
+    args = parser.parse_args(argv)
+    if args.prompt_tokens < 1 or args.completion_tokens < 1 or args.repeats < 1:
+        parser.error("--prompt-tokens, --completion-tokens and --repeats must be at least 1")
+
+    import torch
+
+    from mleforge.cli.output import print_table
+    from mleforge.train.trainer import compact_head_native
+
+    with tempfile.TemporaryDirectory(prefix="mleforge-lm-head-") as tmp:
+        spec, model = load(args, Path(tmp))
+        vocab = int(model.get_input_embeddings().weight.size(0))
+        device = next(model.parameters()).device
+        g = torch.Generator().manual_seed(args.seed)
+        length = args.prompt_tokens + args.completion_tokens
+        ids = torch.randint(10, min(vocab, 30000), (1, length), generator=g).to(device)
+        mask = torch.ones_like(ids)
+        keep = args.completion_tokens
+        seconds: dict[str, list[float]] = {"trl_fused": [], "completion_only": []}
+        logps: dict[str, Any] = {}
+        timed(ours, model, ids, mask, keep)  # warm-up: allocator, thread pool
+        for _ in range(args.repeats):
+            for name, path in (("trl_fused", fused), ("completion_only", ours)):
+                s, logps[name] = timed(path, model, ids, mask, keep)
+                seconds[name].append(round(s, 3))
+    median = {name: statistics.median(values) for name, values in seconds.items()}
+    out = {
+        "config": {k: v for k, v in vars(args).items() if k != "out"}, "model": spec, "device": str(device),
+        "trl_scores_completion_only_here": compact_head_native(device),
+        "seconds": seconds, "median_s": median,
+        "speedup": round(median["trl_fused"] / median["completion_only"], 3),
+        "max_abs_logp_diff": float((logps["trl_fused"] - logps["completion_only"]).abs().max()),
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2))
+    print_table(f"forward + backward of one sequence ({spec}, {args.prompt_tokens} prompt + {keep} completion "
+                f"tokens, LoRA r{args.lora_rank}, {args.repeats} repeats)",
+                ["path", "median s", "each s"],
+                [[name, round(median[name], 3), " ".join(f"{v:.2f}" for v in values)]
+                 for name, values in seconds.items()])
+    print(f"speedup {out['speedup']}x; max |logp difference| {out['max_abs_logp_diff']:.2e}; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
