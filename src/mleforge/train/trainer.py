@@ -42,9 +42,6 @@ from mleforge.train.generation import rollout_figures
 # Logits one call of the model may hold on the device-without-Triton path (float32: 1 GiB);
 # a larger chunk of sequences is split into smaller ones.
 MAX_LOGITS = 1 << 28
-# Keyword arguments the path without Triton handles itself; any other one (images, MoE
-# router losses) goes to TRL's own method.
-TEXT_ONLY = {"batch_size", "compute_entropy"}
 
 
 def compact_head_native(device: Any) -> bool:
