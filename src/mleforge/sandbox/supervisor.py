@@ -14,7 +14,10 @@ marshalled dict, in hex. It
    interpreter (no second interpreter start), in its own process group,
 5. waits for it under the wall-clock timeout, kills whatever it left behind,
    and writes one JSON line to the status pipe: exit status, signal, rusage, and
-   why the script's Landlock domain could not be entered, if it could not.
+   why the script's Landlock domain could not be entered, if it could not. While
+   it waits it checks twice a second that the executor still reads the status
+   pipe; when nothing does (the executor died and its death signal missed us), it
+   kills the run and exits.
 
 Waiting with `wait4` on our own child is what gives exact exit statuses and
 per-run rusage (the parent's RUSAGE_CHILDREN would mix concurrent runs, and
@@ -42,6 +45,7 @@ import _signal as signal
 import marshal
 import os
 import resource
+import select
 import sys
 import time
 
@@ -50,6 +54,16 @@ PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 _IGNORED_HERE = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR2")
 PARENT_DIED = signal.SIGUSR1  # the death signal asked for without bwrap
+LIFELINE_S = 0.5  # how often the wait checks that the executor still reads the status pipe
+_REAPED: list = []  # the script, once waited for
+
+
+def _reader_gone(fd: int) -> bool:
+    """Whether nothing reads the pipe `fd` writes to any more (the executor died): poll reports
+    POLLERR on a pipe's write end without readers."""
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLERR, POLLHUP and POLLNVAL are reported without being asked for
+    return any(events & (select.POLLERR | select.POLLHUP | select.POLLNVAL) for _, events in poller.poll(0))
 
 
 def _prctl(option: int, value: int) -> None:
@@ -400,14 +414,29 @@ def supervise(cfg: dict) -> None:
     _emit(status_fd, {"event": "spawned", "pid": child})
 
     timed_out = False
+    timeout_s = float(cfg["timeout_s"])
+    deadline = time.monotonic() + timeout_s
 
     def on_alarm(signum, frame):
+        # Every LIFELINE_S until the deadline: whether the executor still reads our status
+        # pipe. Its death signal (bwrap's --die-with-parent, or ours) can miss: bwrap asks
+        # for it only after its clone, so an executor killed in between leaves bwrap an
+        # orphan that nothing signals. Then we kill the run ourselves.
         nonlocal timed_out
-        timed_out = True
-        _kill_all(child)
+        if _REAPED:
+            return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            _kill_all(child)
+            return
+        if _reader_gone(status_fd):
+            _kill_all(child)
+            os._exit(1)
+        signal.setitimer(signal.ITIMER_REAL, min(LIFELINE_S, left))
 
     signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, float(cfg["timeout_s"]))
+    signal.setitimer(signal.ITIMER_REAL, min(LIFELINE_S, timeout_s))
 
     status, cpu_s, maxrss = _reap(child)
     code = os.waitstatus_to_exitcode(status) if status is not None else None
@@ -446,6 +475,7 @@ def _reap(child: int) -> tuple:
         maxrss = max(maxrss, usage.ru_maxrss)
         if pid == child:
             status = wstatus
+            _REAPED.append(pid)  # before the timer stops: a tick already due then does nothing
             signal.setitimer(signal.ITIMER_REAL, 0)
             _kill_all(child)  # what the script left running ends with it
     return status, utime + stime, maxrss
