@@ -1,21 +1,28 @@
-"""A GRPO update's log-probabilities on a CPU: TRL's fused LM head against the completion-only path.
+"""A training micro-batch on a CPU: TRL's fused LM head against the completion-only path.
 
     python benchmarks/lm_head.py --tiny --out bench-out/lm_head-tiny.json        # plumbing, seconds
-    python benchmarks/lm_head.py --out bench-out/lm_head.json                    # the bundled Qwen, minutes
+    python benchmarks/lm_head.py --out bench-out/lm_head.json                    # GRPO's update, minutes
+    python benchmarks/lm_head.py --objective sft --prompt-tokens 1250 --completion-tokens 130 \
+        --out bench-out/lm_head-sft.json                                         # the warm start's step
 
-On a device without Triton, TRL 1.16's fused LM head (what `GRPOTrainer` computes the
-per-token log-probabilities with) projects every position of a sequence through the
-vocabulary; mleforge's trainer (mleforge.train.trainer.completion_logps) asks the model's
-own forward for the completion positions' logits only. This times both on one sequence of
-the CPU main job's shape: `--prompt-tokens` of prompt and `--completion-tokens` of completion
-(the compact improve prompt's median is ~1,380 tokens and the cpu preset caps completions at
-192), with LoRA (the preset's rank, all linear layers) on the model, `--repeats` times each
-in alternation: a forward (log-probabilities and entropies, as the loss asks) and a backward
-of their sum, which is what one micro-batch of the update does before the optimizer.
-It also checks that both give the same log-probabilities (max absolute difference).
+On a device without Triton, TRL 1.16's fused LM head projects every position of a sequence
+through the vocabulary; mleforge's trainers project the completion positions only. This
+times both on one sequence of the CPU main job's shape: `--prompt-tokens` of prompt and
+`--completion-tokens` of completion, with LoRA (the preset's rank, all linear layers), the
+two paths `--repeats` times each in alternation.
 
-Writes JSON to --out and prints a table: seconds per forward+backward (median over the
-repeats) for each path and their ratio, measured in the same run.
+- `--objective grpo` (the default): a GRPO update micro-batch before the optimizer: the
+  log-probabilities and entropies (TRL's `GRPOTrainer._get_per_token_logps_and_entropies`
+  body against mleforge.train.trainer.completion_logps) and a backward of their sum. The
+  compact improve prompt's median was ~1,380 tokens, and the cpu preset caps completions at 192.
+- `--objective sft`: one `training_step` (forward, loss, backward, under the run's bf16
+  autocast) of the trainer `mleforge sft` builds (mleforge.train.sft.sft_trainer), with the
+  completion-only cut on and off (TRL's own compute_loss then). The main job's warm-start
+  samples are ~1,250-token prompts with ~130-token edit completions.
+
+It also checks that both give the same numbers (max absolute difference of the
+log-probabilities, or of the loss). Writes JSON to --out and prints a table: seconds per
+micro-batch (median over the repeats) for each path and their ratio, measured in one run.
 """
 
 from __future__ import annotations
@@ -57,6 +64,48 @@ def load(args: argparse.Namespace, work: Path) -> Any:
     return spec, model
 
 
+def load_sft(args: argparse.Namespace, work: Path) -> Any:
+    """The trainer `mleforge sft` trains with, on a one-sample dataset (the benchmark feeds its own batch)."""
+    from datasets import Dataset
+
+    from mleforge.train.config import ModelConfig, SFTConfig
+    from mleforge.train.model import load_for_training
+    from mleforge.train.sft import sft_trainer
+
+    spec = args.model
+    if args.tiny:
+        sys.path.insert(0, str(ROOT))
+        from tests.train.tiny import tiny_model
+
+        spec = f"hf:{tiny_model(work / 'tiny')}"
+    config = SFTConfig(samples="-", out=str(work / "sft"),
+                       model=ModelConfig(spec=spec, lora_rank=args.lora_rank, threads=args.threads))
+    loaded = load_for_training(config.model)
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": "q"}],
+                               "completion": [{"role": "assistant", "content": "a"}]}])
+    trainer = sft_trainer(config, loaded, data, work / "sft" / "checkpoints")
+    trainer.current_gradient_accumulation_steps = 1  # what train() sets before its first step
+    return spec, trainer
+
+
+def sft_step(native: bool) -> Any:
+    """One training_step of the SFT trainer; `native`: TRL's compute_loss as it is (every position)."""
+    import mleforge.train.sft_trainer as module
+
+    def path(trainer: Any, ids: Any, mask: Any, keep: int) -> Any:
+        labels = ids.masked_fill(mask == 0, -100)
+        labels[:, :-keep] = -100
+        kept = module.compact_head_native
+        if native:
+            module.compact_head_native = lambda device: True
+        try:
+            return trainer.training_step(trainer.model, {"input_ids": ids, "attention_mask": mask, "labels": labels})
+        finally:
+            module.compact_head_native = kept
+
+    return path
+
+
 def fused(model: Any, ids: Any, mask: Any, keep: int) -> Any:
     """TRL 1.16's GRPOTrainer._get_per_token_logps_and_entropies, one chunk."""
     labels = ids.masked_fill(mask == 0, -100)
@@ -81,8 +130,16 @@ def timed(path: Any, model: Any, ids: Any, mask: Any, keep: int) -> tuple[float,
     return time.perf_counter() - started, logps.detach()
 
 
+def timed_sft(path: Any, trainer: Any, ids: Any, mask: Any, keep: int) -> tuple[float, Any]:
+    trainer.model.zero_grad(set_to_none=True)
+    started = time.perf_counter()
+    loss = path(trainer, ids, mask, keep)  # forward, loss and backward
+    return time.perf_counter() - started, loss.detach().float()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--objective", choices=("grpo", "sft"), default="grpo")
     parser.add_argument("--model", default="bundled:qwen2.5-coder-0.5b")
     parser.add_argument("--tiny", action="store_true", help="a tiny random model built here instead of --model")
     parser.add_argument("--prompt-tokens", type=int, default=1380)
@@ -102,7 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     from mleforge.train.trainer import compact_head_native
 
     with tempfile.TemporaryDirectory(prefix="mleforge-lm-head-") as tmp:
-        spec, model = load(args, Path(tmp))
+        if args.objective == "sft":
+            spec, subject = load_sft(args, Path(tmp))
+            model, clock = subject.model, timed_sft
+            paths = (("trl_fused", sft_step(native=True)), ("completion_only", sft_step(native=False)))
+        else:
+            spec, subject = load(args, Path(tmp))
+            model, clock = subject, timed
+            paths = (("trl_fused", fused), ("completion_only", ours))
         vocab = int(model.get_input_embeddings().weight.size(0))
         device = next(model.parameters()).device
         g = torch.Generator().manual_seed(args.seed)
@@ -110,29 +174,31 @@ def main(argv: list[str] | None = None) -> int:
         ids = torch.randint(10, min(vocab, 30000), (1, length), generator=g).to(device)
         mask = torch.ones_like(ids)
         keep = args.completion_tokens
-        seconds: dict[str, list[float]] = {"trl_fused": [], "completion_only": []}
-        logps: dict[str, Any] = {}
-        timed(ours, model, ids, mask, keep)  # warm-up: allocator, thread pool
+        seconds: dict[str, list[float]] = {name: [] for name, _ in paths}
+        values: dict[str, Any] = {}
+        clock(paths[1][1], subject, ids, mask, keep)  # warm-up: allocator, thread pool
         for _ in range(args.repeats):
-            for name, path in (("trl_fused", fused), ("completion_only", ours)):
-                s, logps[name] = timed(path, model, ids, mask, keep)
+            for name, path in paths:
+                s, values[name] = clock(path, subject, ids, mask, keep)
                 seconds[name].append(round(s, 3))
-    median = {name: statistics.median(values) for name, values in seconds.items()}
+    median = {name: statistics.median(v) for name, v in seconds.items()}
+    compared = "loss" if args.objective == "sft" else "logp"
     out = {
         "config": {k: v for k, v in vars(args).items() if k != "out"}, "model": spec, "device": str(device),
-        "trl_scores_completion_only_here": compact_head_native(device),
+        "objective": args.objective, "trl_scores_completion_only_here": compact_head_native(device),
         "seconds": seconds, "median_s": median,
         "speedup": round(median["trl_fused"] / median["completion_only"], 3),
-        "max_abs_logp_diff": float((logps["trl_fused"] - logps["completion_only"]).abs().max()),
+        f"max_abs_{compared}_diff": float((values["trl_fused"] - values["completion_only"]).abs().max()),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
-    print_table(f"forward + backward of one sequence ({spec}, {args.prompt_tokens} prompt + {keep} completion "
+    print_table(f"{args.objective}: forward + backward of one sequence ({spec}, {args.prompt_tokens} prompt + {keep} completion "
                 f"tokens, LoRA r{args.lora_rank}, {args.repeats} repeats)",
                 ["path", "median s", "each s"],
                 [[name, round(median[name], 3), " ".join(f"{v:.2f}" for v in values)]
                  for name, values in seconds.items()])
-    print(f"speedup {out['speedup']}x; max |logp difference| {out['max_abs_logp_diff']:.2e}; wrote {args.out}")
+    print(f"speedup {out['speedup']}x; max |{compared} difference| {out[f'max_abs_{compared}_diff']:.2e}; "
+          f"wrote {args.out}")
     return 0
 
 

@@ -1,6 +1,7 @@
 """`mleforge sft`: fine-tune a model on expert samples (ML-Agent's exploration-enriched SFT).
 
-TRL's SFTTrainer on the samples (mleforge.train.samples), the loss on the completion only
+TRL's SFTTrainer (its LM head on the completion positions on a CPU: mleforge.train.sft_trainer)
+on the samples (mleforge.train.samples), the loss on the completion only
 (the action given the state), LoRA by default or every weight, on a CPU or a GPU. The run
 directory holds
 
@@ -61,7 +62,8 @@ class SFTResult:
 
 def completion_loss(model: Any, tokenizer: Any, samples: Sequence[SFTSample]) -> float:
     """Mean negative log-likelihood per completion token of `samples` (the SFT objective),
-    with the model in eval mode and no gradients."""
+    with the model in eval mode and no gradients; the vocabulary projection on the completion's
+    positions only."""
     import torch
 
     total, count = 0.0, 0
@@ -74,14 +76,13 @@ def completion_loss(model: Any, tokenizer: Any, samples: Sequence[SFTSample]) ->
                                                        tokenize=True, return_dict=True)["input_ids"]
                 full = tokenizer.apply_chat_template([*sample.prompt, *sample.completion], tokenize=True,
                                                      return_dict=True)["input_ids"]
-                ids = torch.tensor([full], device=model.device)
-                labels = ids.clone()
-                labels[:, :len(prompt)] = -100
-                n = int((labels[:, 1:] != -100).sum())
-                if n == 0:
+                n = len(full) - len(prompt)
+                if n <= 0:
                     continue
-                loss = model(input_ids=ids, labels=labels).loss
-                total += float(loss) * n
+                ids = torch.tensor([full], device=model.device)
+                # The logits of the completion's positions only: the one before each completion token.
+                logits = model(input_ids=ids, logits_to_keep=n + 1, use_cache=False).logits[0, :-1]
+                total += float(torch.nn.functional.cross_entropy(logits.float(), ids[0, -n:], reduction="sum"))
                 count += n
     finally:
         model.train(was_training)
@@ -124,7 +125,6 @@ def run_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
     if done is not None:  # the same command again, after the run ended: nothing to redo
         return done
 
-    import trl
     from datasets import Dataset
 
     loaded = load_for_training(config.model)
@@ -139,21 +139,7 @@ def run_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
               "dropped_long": dropped, "samples_path": str(Path(config.samples).expanduser().resolve())}
     atomic_write(run_dir / RUN_RECORD, json.dumps({**record, "status": "running"}, indent=1))
     dataset = Dataset.from_list([{"prompt": list(s.prompt), "completion": list(s.completion)} for s in kept])
-    bf16 = resolve_bf16(config.bf16, loaded.device, _torch())
-    args = trl.SFTConfig(
-        output_dir=str(run_dir / CHECKPOINTS_DIR), num_train_epochs=config.epochs,
-        max_steps=config.max_steps or -1, learning_rate=config.lr, lr_scheduler_type="cosine",
-        per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.grad_accum,
-        max_length=None,  # too-long samples were left out above; none is cut
-        completion_only_loss=True, logging_steps=1, save_steps=config.save_steps, save_total_limit=2,
-        report_to="none", disable_tqdm=True, bf16=bf16, fp16=False, seed=config.seed, data_seed=config.seed,
-        gradient_checkpointing=config.model.gradient_checkpointing, use_cpu=loaded.device == "cpu",
-        dataset_num_proc=None,
-    )
-    trainer = trl.SFTTrainer(
-        model=loaded.model, args=args, train_dataset=dataset, processing_class=loaded.tokenizer,
-        peft_config=loaded.peft_config,
-    )
+    trainer = sft_trainer(config, loaded, dataset, run_dir / CHECKPOINTS_DIR)
     from transformers import PrinterCallback, ProgressCallback
 
     from mleforge.train.progress import progress_callback
@@ -180,6 +166,28 @@ def run_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
     (model_dir / CHECKPOINT_RECORD).write_text(json.dumps(final, indent=1), encoding="utf-8")
     atomic_write(run_dir / RUN_RECORD, json.dumps(final, indent=1))
     return result
+
+
+def sft_trainer(config: SFTConfig, loaded: Any, dataset: Any, output_dir: Path) -> Any:
+    """The trainer `run_sft` trains with: TRL's SFTTrainer with the completion-only head on a
+    CPU (mleforge.train.sft_trainer), `config`'s schedule, bf16 where the device computes it."""
+    import trl
+
+    from mleforge.train.sft_trainer import CompletionSFTTrainer
+
+    bf16 = resolve_bf16(config.bf16, loaded.device, _torch())
+    args = trl.SFTConfig(
+        output_dir=str(output_dir), num_train_epochs=config.epochs,
+        max_steps=config.max_steps or -1, learning_rate=config.lr, lr_scheduler_type="cosine",
+        per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.grad_accum,
+        max_length=None,  # too-long samples were left out above; none is cut
+        completion_only_loss=True, logging_steps=1, save_steps=config.save_steps, save_total_limit=2,
+        report_to="none", disable_tqdm=True, bf16=bf16, fp16=False, seed=config.seed, data_seed=config.seed,
+        gradient_checkpointing=config.model.gradient_checkpointing, use_cpu=loaded.device == "cpu",
+        dataset_num_proc=None,
+    )
+    return CompletionSFTTrainer(model=loaded.model, args=args, train_dataset=dataset,
+                                processing_class=loaded.tokenizer, peft_config=loaded.peft_config)
 
 
 def _finished(run_dir: Path) -> SFTResult | None:

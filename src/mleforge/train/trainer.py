@@ -38,7 +38,6 @@ from mleforge.policies.base import derive_seed
 from mleforge.train.feed import CurriculumFeed
 from mleforge.train.generation import rollout_figures
 
-
 # Logits one call of the model may hold on the device-without-Triton path (float32: 1 GiB);
 # a larger chunk of sequences is split into smaller ones.
 MAX_LOGITS = 1 << 28

@@ -1,0 +1,75 @@
+"""The SFT trainer: TRL's SFTTrainer, with its LM head on the completion positions on a CPU.
+
+TRL 1.16's SFTTrainer computes its loss with the fused LM head (`add_fused_lm_head`): the
+backbone's hidden states go through the vocabulary projection in tiles and come back as
+per-token log-probabilities, entropies and top-1 hits. Where Triton runs it projects only
+the positions whose label counts; elsewhere (a CPU) it projects every position, so that
+tile shapes stay fixed. A warm-start sample of the cpu preset is a ~1,250-token prompt and a
+~130-token completion whose loss alone counts, so there the head did ~10x the work needed.
+
+`CompletionSFTTrainer.compute_loss` gives the fused head only what it would score anyway:
+the hidden states from the first column with a counted label on, and the matching
+pre-shifted labels (`shift_labels`, which the fused head takes as they are). The cut is a
+forward hook on the backbone, in place for that one call. Everything else is TRL's own
+compute_loss: the loss and its normalisation, the metrics, gradient accumulation. Where the
+head already compacts (Triton), and for what the cut does not cover (label smoothing, a
+custom loss function, MoE auxiliary losses, sequence or context parallelism, multimodal
+models, asking for the outputs), it is TRL's path unchanged. tests/train/test_sft_trainer.py
+checks that losses, gradients and metrics are equal either way.
+
+Imports TRL: use it only where the `train` extra is installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trl import SFTTrainer
+
+from mleforge.train.trainer import compact_head_native
+
+
+class CompletionSFTTrainer(SFTTrainer):
+    def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> Any:
+        backbone = None if return_outputs else self._cut_backbone(inputs)
+        if backbone is None:
+            return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                        num_items_in_batch=num_items_in_batch)
+        shifted = inputs["labels"][:, 1:]
+        counted = (shifted != -100).any(dim=0).nonzero()
+        # From the first column a counted label is on; with none, the last column (a zero loss).
+        first = int(counted[0]) if counted.numel() else shifted.size(1) - 1
+        trimmed = {k: v for k, v in inputs.items() if k != "labels"}
+        trimmed["shift_labels"] = shifted[:, first:]
+
+        def keep_counted(module: Any, args: Any, output: Any) -> Any:
+            # Hidden state t predicts token t + 1: columns first..L-2 go with shift_labels.
+            output.last_hidden_state = output.last_hidden_state[:, first:-1]
+            return output
+
+        handle = backbone.register_forward_hook(keep_counted)
+        try:
+            return super().compute_loss(model, trimmed, return_outputs=False, num_items_in_batch=num_items_in_batch)
+        finally:
+            handle.remove()
+
+    def _cut_backbone(self, inputs: dict[str, Any]) -> Any:
+        """The module whose output the fused head projects, where cutting it to the counted
+        positions is the same computation; None where TRL's path must run as it is."""
+        labels = inputs.get("labels")
+        if (labels is None or labels.dim() != 2 or labels.size(1) < 2 or "shift_labels" in inputs
+                or compact_head_native(labels.device) or self.compute_loss_func is not None
+                or self.label_smoother is not None or self.aux_loss_enabled):
+            return None
+        parallelism = getattr(self.accelerator, "parallelism_config", None)
+        if parallelism is not None and (getattr(parallelism, "sp_enabled", False)
+                                        or getattr(parallelism, "cp_enabled", False)):
+            return None
+        model = self.accelerator.unwrap_model(self.model)
+        if hasattr(model, "get_base_model"):  # PEFT: the fused head is on the base model
+            model = model.get_base_model()
+        if model.config.get_text_config() is not model.config:  # multimodal: its own backbone layout
+            return None
+        backbone = getattr(model, "base_model", None)
+        return None if backbone is None or backbone is model else backbone
