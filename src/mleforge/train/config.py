@@ -9,10 +9,11 @@ step holds one state x 4 rollouts at temperature 0.8, completions are capped at 
 (the template expert's short compact edits are 55-188), the seeds are the debug and improve
 states of expert journals (their answers are such edits; no empty drafts), 4 steps at lr
 5e-5, and an --sft auto warm start of 22 single-sample steps at lr 2e-4 (8 at 1e-4 left 7 of
-8 step-wise completions malformed; 22 at 2e-4 gave 8 of 8 valid). Measured on 2 cores
-(README, "The cpu preset"): SFT 17:34 (14:00 of it training), a GRPO step about 3 min
-(generation 35-39 s, sync 10-15 s, update 99-130 s), the whole job 47 min alone; after it 6
-of 8 step-wise states valid (7 of 8 after the warm start).
+8 step-wise completions malformed, 12 at 4e-4 left 2 of 8 malformed and 5 of 8 valid; 22 at
+2e-4 gave 7-8 of 8 valid). Measured on 2 cores
+(README, "The cpu preset"): SFT 15:05 (11:32 of it training), a GRPO step 3-4 min
+(generation 35-58 s, sync 10-15 s, update 99-170 s over two runs), the whole job 45 min
+alone; after it 6 of 8 step-wise states valid (7 of 8 after the warm start).
 `gpu-1x` (`PRESETS`) overrides them for one GPU. Values are checked here, without touching the file
 system; what depends on the machine (extras, the model, the tasks) is checked by
 `mleforge.train.grpo.preflight` before anything heavy starts.
