@@ -4,6 +4,8 @@
     python benchmarks/lm_head.py --out bench-out/lm_head.json                    # GRPO's update, minutes
     python benchmarks/lm_head.py --objective sft --prompt-tokens 1250 --completion-tokens 130 \
         --out bench-out/lm_head-sft.json                                         # the warm start's step
+    python benchmarks/lm_head.py --group 4 --prompt-tokens 1250 --out bench-out/lm_head-group.json
+                                                                                 # a whole group's update
 
 On a device without Triton, TRL 1.16's fused LM head projects every position of a sequence
 through the vocabulary; mleforge's trainers project the completion positions only. This
@@ -15,6 +17,12 @@ two paths `--repeats` times each in alternation.
   log-probabilities and entropies (TRL's `GRPOTrainer._get_per_token_logps_and_entropies`
   body against mleforge.train.trainer.completion_logps) and a backward of their sum. The
   compact improve prompt's median was ~1,380 tokens, and the cpu preset caps completions at 192.
+- `--objective grpo --group G` (G > 1): a micro-batch of one GRPO group, G sequences of one
+  prompt with G different completions, as the cpu preset's update takes it
+  (micro_batch = group_size): the completion-only path one sequence at a time (what a
+  micro-batch of 1 did) against the same path with the group's prompt run once
+  (mleforge.train.trainer.completion_logps' `share_prompts`). TRL's fused head is left out
+  here: it is the one-sequence comparison's baseline.
 - `--objective sft`: one `training_step` (forward, loss, backward, under the run's bf16
   autocast) of the trainer `mleforge sft` builds (mleforge.train.sft.sft_trainer), with the
   completion-only cut on and off (TRL's own compute_loss then). The main job's warm-start
@@ -122,12 +130,39 @@ def ours(model: Any, ids: Any, mask: Any, keep: int) -> Any:
     return logps, entropy
 
 
+def shared(model: Any, ids: Any, mask: Any, keep: int) -> Any:
+    """The whole micro-batch in one call, each distinct prompt run once."""
+    from mleforge.train.trainer import completion_logps
+
+    logps, entropy, _ = completion_logps(model, ids, mask, keep, batch_size=ids.size(0), compute_entropy=True,
+                                         temperature=TEMPERATURE, entropy_requires_grad=False, share_prompts=True)
+    return logps, entropy
+
+
 def timed(path: Any, model: Any, ids: Any, mask: Any, keep: int) -> tuple[float, Any]:
     model.zero_grad(set_to_none=True)
     started = time.perf_counter()
     logps, _ = path(model, ids, mask, keep)  # entropies computed as the loss asks; no gradient through them
     logps.sum().backward()
     return time.perf_counter() - started, logps.detach()
+
+
+def timed_rows(path: Any, model: Any, ids: Any, mask: Any, keep: int) -> tuple[float, Any]:
+    """Each row its own forward and backward, as micro-batches of one sequence take a group."""
+    model.zero_grad(set_to_none=True)
+    started = time.perf_counter()
+    rows = []
+    for i in range(ids.size(0)):
+        logps, _ = path(model, ids[i:i + 1], mask[i:i + 1], keep)
+        logps.sum().backward()
+        rows.append(logps.detach())
+    return time.perf_counter() - started, torch_cat(rows)
+
+
+def torch_cat(rows: list[Any]) -> Any:
+    import torch
+
+    return torch.cat(rows)
 
 
 def timed_sft(path: Any, trainer: Any, ids: Any, mask: Any, keep: int) -> tuple[float, Any]:
@@ -144,14 +179,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="a tiny random model built here instead of --model")
     parser.add_argument("--prompt-tokens", type=int, default=1380)
     parser.add_argument("--completion-tokens", type=int, default=192)
+    parser.add_argument("--group", type=int, default=1,
+                        help="grpo: sequences of one prompt in the micro-batch (>1: shared prompt against one at a time)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--lora-rank", type=int, default=16)
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench-out/lm_head.json")
     args = parser.parse_args(argv)
-    if args.prompt_tokens < 1 or args.completion_tokens < 1 or args.repeats < 1:
-        parser.error("--prompt-tokens, --completion-tokens and --repeats must be at least 1")
+    if args.prompt_tokens < 1 or args.completion_tokens < 1 or args.repeats < 1 or args.group < 1:
+        parser.error("--prompt-tokens, --completion-tokens, --repeats and --group must be at least 1")
+    if args.group > 1 and args.objective != "grpo":
+        parser.error("--group: only with --objective grpo (an SFT batch's prompts differ)")
 
     import torch
 
@@ -161,43 +200,51 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mleforge-lm-head-") as tmp:
         if args.objective == "sft":
             spec, subject = load_sft(args, Path(tmp))
-            model, clock = subject.model, timed_sft
-            paths = (("trl_fused", sft_step(native=True)), ("completion_only", sft_step(native=False)))
+            model = subject.model
+            paths = (("trl_fused", sft_step(native=True), timed_sft),
+                     ("completion_only", sft_step(native=False), timed_sft))
         else:
             spec, subject = load(args, Path(tmp))
-            model, clock = subject, timed
-            paths = (("trl_fused", fused), ("completion_only", ours))
+            model = subject
+            paths = ((("trl_fused", fused, timed), ("completion_only", ours, timed)) if args.group == 1
+                     else (("completion_only", ours, timed_rows), ("shared_prompt", shared, timed)))
         vocab = int(model.get_input_embeddings().weight.size(0))
         device = next(model.parameters()).device
         g = torch.Generator().manual_seed(args.seed)
         length = args.prompt_tokens + args.completion_tokens
-        ids = torch.randint(10, min(vocab, 30000), (1, length), generator=g).to(device)
+        ids = torch.randint(10, min(vocab, 30000), (1, length), generator=g)
+        if args.group > 1:  # one prompt, G completions
+            completions = torch.randint(10, min(vocab, 30000), (args.group, args.completion_tokens), generator=g)
+            ids = torch.cat([ids[:, :args.prompt_tokens].expand(args.group, -1), completions], dim=1)
+        ids = ids.to(device)
         mask = torch.ones_like(ids)
         keep = args.completion_tokens
-        seconds: dict[str, list[float]] = {name: [] for name, _ in paths}
+        seconds: dict[str, list[float]] = {name: [] for name, _, _ in paths}
         values: dict[str, Any] = {}
-        clock(paths[1][1], subject, ids, mask, keep)  # warm-up: allocator, thread pool
+        paths[1][2](paths[1][1], subject, ids, mask, keep)  # warm-up: allocator, thread pool
         for _ in range(args.repeats):
-            for name, path in paths:
+            for name, path, clock in paths:
                 s, values[name] = clock(path, subject, ids, mask, keep)
                 seconds[name].append(round(s, 3))
     median = {name: statistics.median(v) for name, v in seconds.items()}
     compared = "loss" if args.objective == "sft" else "logp"
+    (base, _, _), (ours_name, _, _) = paths
     out = {
         "config": {k: v for k, v in vars(args).items() if k != "out"}, "model": spec, "device": str(device),
         "objective": args.objective, "trl_scores_completion_only_here": compact_head_native(device),
         "seconds": seconds, "median_s": median,
-        "speedup": round(median["trl_fused"] / median["completion_only"], 3),
-        f"max_abs_{compared}_diff": float((values["trl_fused"] - values["completion_only"]).abs().max()),
+        "baseline": base, "subject": ours_name, "speedup": round(median[base] / median[ours_name], 3),
+        f"max_abs_{compared}_diff": float((values[base] - values[ours_name]).abs().max()),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
-    print_table(f"{args.objective}: forward + backward of one sequence ({spec}, {args.prompt_tokens} prompt + {keep} completion "
+    what = "one sequence" if args.group == 1 else f"one group of {args.group} sequences"
+    print_table(f"{args.objective}: forward + backward of {what} ({spec}, {args.prompt_tokens} prompt + {keep} completion "
                 f"tokens, LoRA r{args.lora_rank}, {args.repeats} repeats)",
                 ["path", "median s", "each s"],
                 [[name, round(median[name], 3), " ".join(f"{v:.2f}" for v in values)]
                  for name, values in seconds.items()])
-    print(f"speedup {out['speedup']}x; max |{compared} difference| {out[f'max_abs_{compared}_diff']:.2e}; "
+    print(f"speedup {out['speedup']}x ({base} / {ours_name}); max |{compared} difference| {out[f'max_abs_{compared}_diff']:.2e}; "
           f"wrote {args.out}")
     return 0
 

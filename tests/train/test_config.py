@@ -30,6 +30,14 @@ def test_the_defaults_are_the_cpu_preset_and_every_preset_validates():
     assert gpu.prompt != cpu.prompt  # the full prompt on a GPU, the compact one on a CPU
 
 
+def test_a_micro_batch_is_one_group_unless_given():
+    assert TrainConfig().micro_batch == 4  # the group: its prompt runs once on a CPU
+    assert TrainConfig(group_size=6, groups_per_step=2).micro_batch == 6
+    assert TrainConfig(group_size=6, groups_per_step=2, micro_batch=12).micro_batch == 12
+    assert TrainConfig.preset_config("gpu-1x").micro_batch == 8
+    assert TrainConfig.from_dict({**TrainConfig().to_dict(), "micro_batch": None}).micro_batch == 4
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"group_size": 1}, "group_size: got 1"),
     ({"steps": 0}, "steps: got 0"),

@@ -203,6 +203,12 @@ class TrainConfig:
     completions of each; the reward executes every one. `micro_batch` sequences go through
     one forward/backward pass; a step accumulates groups_per_step x group_size /
     micro_batch of them into one optimizer step (TRL generates the step's batch once).
+    micro_batch None: one group's size, so that on a device without Triton (a CPU) a group's
+    shared prompt goes through the model once for all its completions
+    (mleforge.train.trainer.completion_logps). TRL shuffles a step's sequences before it splits
+    them, so with several groups a step a micro-batch of one group's size mixes groups; a
+    micro_batch of the whole step keeps every group's prompt shared, at that many sequences'
+    activations.
 
     sft: "auto" collects expert samples with the template expert and fine-tunes briefly
     first (ML-Agent's SFT before RL: `sft_steps` optimizer steps of sft_batch_size x
@@ -244,7 +250,7 @@ class TrainConfig:
     steps: int = 4
     group_size: int = 4
     groups_per_step: int = 1
-    micro_batch: int = 1
+    micro_batch: int | None = None
     max_new_tokens: int = 192
     temperature: float = 0.8
     top_p: float = 1.0
@@ -307,6 +313,8 @@ class TrainConfig:
         # The LP's L is the chance that a group of G rollouts is not all tied: G is this run's group.
         if self.learnability.group_size != self.group_size:
             object.__setattr__(self, "learnability", replace(self.learnability, group_size=self.group_size))
+        if self.micro_batch is None:
+            object.__setattr__(self, "micro_batch", self.group_size)
         _integer("micro_batch", self.micro_batch, 1)
         if self.sequences_per_step % self.micro_batch:
             raise ConfigError(
