@@ -76,6 +76,8 @@ def test_rates_and_sems_on_a_hand_made_case(titanic, executor):
     outcomes = [r.outcome for r in result.records]
     assert outcomes == ["valid", "execution_error", "format_error", "valid", "valid"]
     assert [r.improved for r in result.records] == [None, None, None, False, True]
+    # the expert's best is the sample submission's accuracy, below a perfect 1.0
+    assert [r.headroom for r in result.records] == [None, None, None, True, True]
     rewards = [r.reward for r in result.records]
     # same score: 0.5; a crash -0.2 (r_fail); no code -0.3 (r_format); better: more than 0.5
     assert rewards[:4] == [0.5, -0.2, -0.3, 0.5] and rewards[4] > 0.5
@@ -165,7 +167,29 @@ def test_compare_stepwise_rows():
     assert rows[2] == ("mean reward", "0.125 ± 0.125", "0.438 ± 0.157", "+0.312 ± 0.201")
     # improve states are s1 and s3: before [0, 0] (SEM 0), after [1, 0]
     assert rows[3] == ("improved on best % (improve states)", "0.0 ± 0.0", "50.0 ± 50.0", "+50.0 ± 50.0")
-    assert rows[4] == ("states", "4", "4", "–")
+    # no record says its best is perfect: every improve state counts as one with room
+    assert rows[4] == ("improved on best % (improve states below a perfect score)", "0.0 ± 0.0", "50.0 ± 50.0",
+                       "+50.0 ± 50.0")
+    assert rows[5:] == [("states", "4", "4", "–"), ("improve states below a perfect score", "2", "2", "–")]
+
+
+def test_improvement_is_also_rated_where_the_best_is_not_perfect_already(titanic):
+    from mleforge.eval.stepwise import perfect_score
+
+    assert perfect_score(titanic) == 1.0  # accuracy
+    records = (StepwiseRecord("a", "t", "improve", "valid", 0.5, 1.0, 1.0, False, None, 10, headroom=False),
+               StepwiseRecord("b", "t", "improve", "valid", 0.9, 0.9, 0.8, True, None, 10, headroom=True),
+               StepwiseRecord("c", "t", "improve", "format_error", -0.3, None, 0.7, False, None, 10, headroom=True),
+               StepwiseRecord("d", "t", "draft", "valid", 0.5, 0.7, None, None, None, 10))
+    m = StepwiseResult("p", ("t",), SAMPLING.to_dict(), "compact", records).metrics
+    # all improve states [0, 1, 0]: mean 1/3; those with room [1, 0]: mean 0.5, SEM sqrt(0.5 / 2) = 0.5
+    assert m["improve_rate"]["n"] == 3 and m["improve_rate"]["mean"] == pytest.approx(1 / 3, abs=1e-6)
+    assert m["improve_rate_headroom"] == {"mean": 0.5, "sem": pytest.approx(0.5), "n": 2}
+    again = StepwiseResult.from_dict(json.loads(json.dumps(
+        StepwiseResult("p", ("t",), SAMPLING.to_dict(), "compact", records).to_dict())))
+    assert [r.headroom for r in again.records] == [False, True, True, None]
+    old = {k: v for k, v in records[0].to_dict().items() if k != "headroom"}  # written before the field
+    assert StepwiseRecord.from_dict(old).headroom is None
 
 
 def test_compare_stages_puts_each_change_apart():
@@ -181,7 +205,7 @@ def test_compare_stages_puts_each_change_apart():
     # reward: sft [0.5, 0, 0.5, 0] mean 0.25, SEM sqrt(1/12)/2 = 0.144338; before 0.125 ± 0.125
     assert rows[2] == ("mean reward", "0.125 ± 0.125", "0.250 ± 0.144", "0.438 ± 0.157", "+0.125 ± 0.191",
                        "+0.188 ± 0.213")
-    assert rows[-1] == ("states", "4", "4", "4", "–", "–")
+    assert rows[-2] == ("states", "4", "4", "4", "–", "–")
     with pytest.raises(ValueError, match="two or more"):
         compare_stages([("before", before)])
 

@@ -16,7 +16,10 @@ sqrt(n), as `eval.aggregate.mean_sem`; None for n = 1):
 - format_error_rate: completions with no parsable action;
 - valid_rate: completions whose run wrote a valid submission;
 - mean_reward: the reward module's total;
-- improve_rate: over improve states only, valid runs that beat the state's best score.
+- improve_rate: over improve states only, valid runs that beat the state's best score;
+- improve_rate_headroom: the same over the improve states whose best is not already the
+  metric's perfect value (penguins' expert reaches accuracy 1.0: no run can beat that), so
+  that a rate of 0 says the policy did not improve where it could.
 The same figures per stage are in `by_stage`.
 
 A folder written by `cmd_eval_stepwise` (cli/stepwise.py) holds run.json (kind "stepwise",
@@ -47,7 +50,8 @@ from mleforge.tasks.task import Task
 
 RESULT_FILE = "stepwise.json"
 METRICS = (("format_error_rate", "format errors %", 100.0), ("valid_rate", "valid %", 100.0),
-           ("mean_reward", "mean reward", 1.0), ("improve_rate", "improved on best % (improve states)", 100.0))
+           ("mean_reward", "mean reward", 1.0), ("improve_rate", "improved on best % (improve states)", 100.0),
+           ("improve_rate_headroom", "improved on best % (improve states below a perfect score)", 100.0))
 COMPARE_COLUMNS = ("metric", "before", "after", "change")
 
 
@@ -140,6 +144,7 @@ class StepwiseRecord:
     improved: bool | None  # improve states: a valid run that beat best_before
     error: str | None
     completion_tokens: int
+    headroom: bool | None = None  # improve states: best_before is not the metric's perfect value
 
     @property
     def format_error(self) -> bool:
@@ -152,22 +157,26 @@ class StepwiseRecord:
     def to_dict(self) -> dict[str, Any]:
         return {"state_id": self.state_id, "task_id": self.task_id, "stage": self.stage, "outcome": self.outcome,
                 "reward": self.reward, "score": self.score, "best_before": self.best_before,
-                "improved": self.improved, "error": self.error, "completion_tokens": self.completion_tokens}
+                "improved": self.improved, "error": self.error, "completion_tokens": self.completion_tokens,
+                "headroom": self.headroom}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StepwiseRecord:
         return cls(**{k: data[k] for k in ("state_id", "task_id", "stage", "outcome", "reward", "score",
-                                            "best_before", "improved", "error", "completion_tokens")})
+                                            "best_before", "improved", "error", "completion_tokens")},
+                   headroom=data.get("headroom"))  # absent in results written before it existed
 
 
 def stepwise_metrics(records: Sequence[StepwiseRecord]) -> dict[str, dict[str, Any]]:
     """Each metric as {"mean", "sem", "n"} (see the module doc); improve_rate over improve states."""
     improve = [r for r in records if r.stage == "improve"]
+    room = [r for r in improve if r.headroom is not False]
     return {
         "format_error_rate": mean_sem([float(r.format_error) for r in records]),
         "valid_rate": mean_sem([float(r.valid) for r in records]),
         "mean_reward": mean_sem([r.reward for r in records]),
         "improve_rate": mean_sem([float(bool(r.improved)) for r in improve]),
+        "improve_rate_headroom": mean_sem([float(bool(r.improved)) for r in room]),
     }
 
 
@@ -212,6 +221,19 @@ class StepwiseResult:
 # --- running ---------------------------------------------------------------------------------------
 
 
+def perfect_score(task: Task) -> float | None:
+    """The value a perfect submission scores on `task`'s named metric; None for a task that
+    grades with a function of its own (no bound known)."""
+    from mleforge.grading.metrics import get_metric
+
+    if task.spec.grade_fn is not None or not task.spec.metric:
+        return None
+    try:
+        return float(get_metric(task.spec.metric).best)
+    except KeyError:
+        return None
+
+
 def run_stepwise(policy: Any, states: Sequence[State], tasks: Sequence[Task] | Mapping[str, Task], executor: Any,
                  *, sampling: Any, prompt_config: PromptConfig | None = None, reward_config: Any = None,
                  policy_name: str | None = None, batch_size: int = 8, workers: int = 2,
@@ -242,13 +264,15 @@ def run_stepwise(policy: Any, states: Sequence[State], tasks: Sequence[Task] | M
         outcome = run_step(state, completion.text, task, executor, contexts[state.task_id], limits=limits,
                            node_id=node_id_for(state, completion.text, salt="stepwise"))
         node, best = outcome.node, state.journal.best_score
-        improved = None
+        improved = headroom = None
         if state.stage == "improve":
             lower = state.journal.is_lower_better
             improved = bool(node.valid and best is not None and (node.score < best if lower else node.score > best))
+            perfect = perfect_score(task)
+            headroom = best is None or perfect is None or (best > perfect if lower else best < perfect)
         record = StepwiseRecord(state.state_id, state.task_id, state.stage, node.outcome,
                                 float(outcome.reward.total), node.score, best, improved, node.error,
-                                int(completion.completion_tokens))
+                                int(completion.completion_tokens), headroom)
         if on_record is not None:
             on_record(record)
         return record
@@ -290,6 +314,13 @@ def _change(a: Mapping[str, Any], b: Mapping[str, Any], scale: float) -> str:
     return change
 
 
+ROOM_ROW = "improve states below a perfect score"
+
+
+def _room(result: StepwiseResult) -> int:
+    return int(result.metrics["improve_rate_headroom"]["n"])
+
+
 def compare_stepwise(before: StepwiseResult, after: StepwiseResult) -> list[tuple[str, str, str, str]]:
     """Rows of COMPARE_COLUMNS: each metric before and after (mean ± SEM) and the change of
     the mean, with the standard error of the difference of two independent means."""
@@ -298,6 +329,7 @@ def compare_stepwise(before: StepwiseResult, after: StepwiseResult) -> list[tupl
         a, b = before.metrics[key], after.metrics[key]
         rows.append((name, pm(a, scale), pm(b, scale), _change(a, b, scale)))
     rows.append(("states", str(len(before.records)), str(len(after.records)), "–"))
+    rows.append((ROOM_ROW, str(_room(before)), str(_room(after)), "–"))
     return rows
 
 
@@ -318,6 +350,7 @@ def compare_stages(stages: Sequence[tuple[str, StepwiseResult]]) -> tuple[tuple[
         rows.append((name, *(pm(v, scale) for v in values),
                      *(_change(a, b, scale) for a, b in zip(values, values[1:]))))
     rows.append(("states", *(str(len(r.records)) for _, r in stages), *("–" for _ in stages[1:])))
+    rows.append((ROOM_ROW, *(str(_room(r)) for _, r in stages), *("–" for _ in stages[1:])))
     return columns, rows
 
 
@@ -343,6 +376,7 @@ def stepwise_section(runs: Sequence[LoadedRun]) -> list[Section]:
     labels = [r.label for r, _ in results]
     rows = [(name, *(pm(x.metrics[key], scale) for _, x in results)) for key, name, scale in METRICS]
     rows.append(("states", *(len(x.records) for _, x in results)))
+    rows.append((ROOM_ROW, *(_room(x) for _, x in results)))
     blocks.append(Table(("metric", *labels), tuple(rows), "mean ± SEM over states (sample std / sqrt(n))"))
     if len(results) >= 2:
         base_label, base = labels[0], results[0][1]
