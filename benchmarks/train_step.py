@@ -180,7 +180,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--groups-per-step", type=int, default=1)
-    parser.add_argument("--micro-batch", type=int, default=2)
+    parser.add_argument("--micro-batch", type=int, help="sequences per forward/backward (default: one group)")
     parser.add_argument("--max-new-tokens", type=int, default=160)
     parser.add_argument("--executor", default="pool", help="the executor of the training steps")
     parser.add_argument("--executors", default="local,pool", help="executors of part 2")
