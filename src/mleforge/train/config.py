@@ -3,7 +3,8 @@
 The defaults are the `cpu` preset, the main job (`mleforge train` with no arguments): the
 bundled Qwen2.5-Coder-0.5B with LoRA, on the lite tasks, on a CPU. A GRPO step there costs
 a generation (CTranslate2, a group's prompt prefilled once) and a forward and backward pass
-over every token of every sequence, and the prompt is most of those tokens: the compact
+over the group's prompt once and each completion (mleforge.train.trainer), and the prompt is
+most of those tokens: the compact
 profile's 1,200-1,520 for improve states (the full improve prompt of titanic is 3,600). So a
 step holds one state x 4 rollouts at temperature 0.8, completions are capped at 192 tokens
 (the template expert's short compact edits are 55-188), the seeds are the debug and improve
@@ -11,9 +12,10 @@ states of expert journals (their answers are such edits; no empty drafts), 4 ste
 5e-5, and an --sft auto warm start of 22 single-sample steps at lr 2e-4 (8 at 1e-4 left 7 of
 8 step-wise completions malformed, 12 at 4e-4 left 2 of 8 malformed and 5 of 8 valid; 22 at
 2e-4 gave 7-8 of 8 valid). Measured on 2 cores
-(README, "The cpu preset"): SFT 15:05 (11:32 of it training), a GRPO step 3-4 min
-(generation 35-58 s, sync 10-15 s, update 99-170 s over two runs), the whole job 45 min
-alone; after it 6 of 8 step-wise states valid (7 of 8 after the warm start).
+(README, "The cpu preset"): SFT 15:19 (11:27 of it training), a GRPO step about 2 min
+(generation 48-56 s, sync 10-12 s, update 44-48 s, against 122-170 s one sequence a
+micro-batch), the whole job 40 min alone; after it 6 of 8 step-wise states valid (7 of 8
+after the warm start).
 `gpu-1x` (`PRESETS`) overrides them for one GPU. Values are checked here, without touching the file
 system; what depends on the machine (extras, the model, the tasks) is checked by
 `mleforge.train.grpo.preflight` before anything heavy starts.
