@@ -237,3 +237,16 @@ def test_cli_writes_result_run_record_contamination_and_report(prepared_registry
     report = write_report([out, out], tmp_path / "report", labels=["before", "after"])
     text = Path(report.markdown).read_text(encoding="utf-8")
     assert "Step-wise evaluation" in text and "valid %" in text and "change" in text and "CONTAMINATION" in text
+
+
+def test_the_progress_bar_counts_the_states_run(capsys):
+    from mleforge.eval.stepwise import record_progress
+
+    with record_progress("step-wise x: generating, then running", 3) as on_record:
+        for _ in range(2):
+            on_record(None)
+    err = capsys.readouterr().err
+    assert "step-wise x: generating, then running" in err and "2/3" in err
+    with record_progress("quiet", 3, enabled=False) as on_record:
+        on_record(None)
+    assert "quiet" not in capsys.readouterr().err

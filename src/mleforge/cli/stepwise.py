@@ -52,7 +52,14 @@ def cmd_eval_stepwise(args: argparse.Namespace) -> int:
     from mleforge.errors import ConfigError
     from mleforge.eval.contamination import RUN_RECORD, check_contamination
     from mleforge.eval.runner import safe_name
-    from mleforge.eval.stepwise import METRICS, RESULT_FILE, pm, run_stepwise, stepwise_states
+    from mleforge.eval.stepwise import (
+        METRICS,
+        RESULT_FILE,
+        pm,
+        record_progress,
+        run_stepwise,
+        stepwise_states,
+    )
     from mleforge.policies import SamplingConfig, make_policy
     from mleforge.sandbox import make_executor
     from mleforge.tasks.preparation import prepare
@@ -92,23 +99,13 @@ def cmd_eval_stepwise(args: argparse.Namespace) -> int:
         _write_json(out / RUN_RECORD, record)
         policy = make_policy(policy_name, **options)
         try:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), console=err_console, disable=quiet) as progress:
-                bar = progress.add_task(f"step-wise {policy_name}: generating, then running", total=len(states))
+            with record_progress(f"step-wise {policy_name}: generating, then running", len(states),
+                                 enabled=not quiet) as on_record:
                 result = run_stepwise(policy, states, tasks, executor, sampling=sampling,
                                       prompt_config=PromptConfig.for_profile(args.prompt_profile),
                                       policy_name=policy_name, workers=_get(args, "workers", 2),
                                       run_timeout_s=getattr(args, "run_timeout", None),
-                                      contamination=contamination.to_dict(),
-                                      on_record=lambda r: progress.advance(bar))
+                                      contamination=contamination.to_dict(), on_record=on_record)
         finally:
             policy.close()
     _write_json(out / RESULT_FILE, result.to_dict())

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,6 +220,20 @@ class StepwiseResult:
 
 
 # --- running ---------------------------------------------------------------------------------------
+
+
+@contextmanager
+def record_progress(title: str, total: int, enabled: bool = True) -> Iterator[Callable[[Any], None]]:
+    """A rich bar on stderr counting the states whose completion has run (generation comes first,
+    so the bar waits at 0 while the elapsed time runs); yields run_stepwise's `on_record`."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mleforge.cli.output import err_console
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, disable=not enabled) as progress:
+        bar = progress.add_task(title, total=total)
+        yield lambda record: progress.advance(bar)
 
 
 def perfect_score(task: Task) -> float | None:

@@ -383,7 +383,7 @@ def stepwise_evaluation(plan: Plan, folder: Path, spec: str, label: str, registr
     """The step-wise evaluation of `spec` on the eval tasks (mleforge.eval.stepwise), saved as
     stepwise/<label>.json; done once per label. Every label sees the same states (drawn with
     the run's seed from stepwise/expert/, made once), sampling, prompt and reward config."""
-    from mleforge.eval.stepwise import run_stepwise, stepwise_states
+    from mleforge.eval.stepwise import record_progress, run_stepwise, stepwise_states
 
     out = folder / STEPWISE_DIR / f"{label}.json"
     if out.is_file():
@@ -399,9 +399,13 @@ def stepwise_evaluation(plan: Plan, folder: Path, spec: str, label: str, registr
                              registry=registry, steps=config.expert_steps, executor=executor, progress=progress)
     policy = make_local_policy(spec, config)
     try:
-        evaluated = run_stepwise(policy, states, list(plan.eval_tasks), executor, sampling=stepwise_sampling(config),
-                                 prompt_config=config.prompt, reward_config=config.reward, policy_name=spec,
-                                 workers=_workers(config, plan.eval_tasks), run_timeout_s=config.run_timeout_s)
+        with record_progress(f"step-wise evaluation ({label}): generating, then running", len(states),
+                             enabled=progress) as on_record:
+            evaluated = run_stepwise(policy, states, list(plan.eval_tasks), executor,
+                                     sampling=stepwise_sampling(config), prompt_config=config.prompt,
+                                     reward_config=config.reward, policy_name=spec,
+                                     workers=_workers(config, plan.eval_tasks), run_timeout_s=config.run_timeout_s,
+                                     on_record=on_record)
     finally:
         policy.close()
     choice = getattr(policy, "choice", None)  # hf/bundled policies: the engine taken and why
