@@ -58,17 +58,29 @@ def lora_grads(model):
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad and p.grad is not None}
 
 
-def test_completion_logps_equal_the_fused_heads_values_and_gradients(model):
-    ids, mask, keep = batch()
+def both_paths(model, ids, mask, keep, batch_size):
+    """The fused head's (log-probabilities, entropies, LoRA gradients of their sum), then
+    completion_logps' with its aux output and the decoder positions it ran."""
     model.zero_grad()
     want_lp, want_ent = fused(model, ids, mask, keep)
     (want_lp.sum() + want_ent.sum()).backward()
-    want_grads = lora_grads(model)
+    want = (want_lp, want_ent, lora_grads(model))
     model.zero_grad()
-    got_lp, got_ent, aux = completion_logps(model, ids, mask, keep, batch_size=2, compute_entropy=True,
-                                            temperature=TEMPERATURE, entropy_requires_grad=True)
+    counter = PositionCounter(model)
+    try:
+        got_lp, got_ent, aux = completion_logps(model, ids, mask, keep, batch_size=batch_size, compute_entropy=True,
+                                                temperature=TEMPERATURE, entropy_requires_grad=True)
+    finally:
+        counter.handle.remove()
     (got_lp.sum() + got_ent.sum()).backward()
-    got_grads = lora_grads(model)
+    return want, (got_lp, got_ent, lora_grads(model)), aux, counter.positions
+
+
+def test_completion_logps_equal_the_fused_heads_values_and_gradients(model):
+    ids, mask, keep = batch()
+    (want_lp, want_ent, want_grads), (got_lp, got_ent, got_grads), aux, positions = both_paths(model, ids, mask,
+                                                                                              keep, 2)
+    assert positions == 3 * 12  # three different prompts: nothing shared
     assert aux is None and got_lp.shape == want_lp.shape == (3, keep)
     torch.testing.assert_close(got_lp, want_lp, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(got_ent, want_ent, rtol=1e-4, atol=1e-5)
@@ -125,21 +137,10 @@ def test_rows_sharing_a_prompt_are_found_by_tokens_and_mask():
 
 def test_a_shared_prompt_runs_once_with_the_full_forwards_values_and_gradients(model):
     ids, mask, keep = group_batch()
-    model.zero_grad()
-    want_lp, want_ent = fused(model, ids, mask, keep)
-    (want_lp.sum() + want_ent.sum()).backward()
-    want_grads = lora_grads(model)
-    model.zero_grad()
-    counter = PositionCounter(model)
-    try:
-        got_lp, got_ent, _ = completion_logps(model, ids, mask, keep, batch_size=5, compute_entropy=True,
-                                              temperature=TEMPERATURE, entropy_requires_grad=True)
-    finally:
-        counter.handle.remove()
-    (got_lp.sum() + got_ent.sum()).backward()
-    got_grads = lora_grads(model)
+    (want_lp, want_ent, want_grads), (got_lp, got_ent, got_grads), _, positions = both_paths(model, ids, mask,
+                                                                                            keep, 5)
     # two prompts of 7 once each, then five completions of 5: 14 + 25 positions against 5 x 12
-    assert counter.positions == 2 * 7 + 5 * 5
+    assert positions == 2 * 7 + 5 * 5
     torch.testing.assert_close(got_lp, want_lp, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(got_ent, want_ent, rtol=1e-4, atol=1e-5)
     assert got_lp.lt(0).sum() == 3 + 5 + 1 + 5 + 4 and got_lp[2, 1:].abs().max() == 0
