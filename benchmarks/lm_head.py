@@ -156,13 +156,10 @@ def timed_rows(path: Any, model: Any, ids: Any, mask: Any, keep: int) -> tuple[f
         logps, _ = path(model, ids[i:i + 1], mask[i:i + 1], keep)
         logps.sum().backward()
         rows.append(logps.detach())
-    return time.perf_counter() - started, torch_cat(rows)
-
-
-def torch_cat(rows: list[Any]) -> Any:
+    seconds = time.perf_counter() - started
     import torch
 
-    return torch.cat(rows)
+    return seconds, torch.cat(rows)
 
 
 def timed_sft(path: Any, trainer: Any, ids: Any, mask: Any, keep: int) -> tuple[float, Any]:
@@ -221,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         keep = args.completion_tokens
         seconds: dict[str, list[float]] = {name: [] for name, _, _ in paths}
         values: dict[str, Any] = {}
-        paths[1][2](paths[1][1], subject, ids, mask, keep)  # warm-up: allocator, thread pool
+        _, warm_path, warm_clock = paths[1]
+        warm_clock(warm_path, subject, ids, mask, keep)  # warm-up: allocator, thread pool
         for _ in range(args.repeats):
             for name, path, clock in paths:
                 s, values[name] = clock(path, subject, ids, mask, keep)

@@ -278,13 +278,8 @@ def _cache_field() -> str:
 
 def _checkpointing(model: Any) -> bool:
     """Whether gradient (activation) checkpointing is on: transformers turns the cache off under it."""
-    base = getattr(model, "base_model", None)
-    for module in (model, base, getattr(base, "model", None)):
-        if module is None:
-            continue
-        for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
-            if name in dir(type(module)) or name in vars(module):
-                if getattr(module, name):
-                    return True
-                break
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft model's transformers one
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # transformers 5.x's name, then 4.x's
+        if hasattr(type(base), name):
+            return bool(getattr(base, name))
     return False
