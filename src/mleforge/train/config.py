@@ -208,9 +208,8 @@ class TrainConfig:
     micro_batch None: one group's size, so that on a device without Triton (a CPU) a group's
     shared prompt goes through the model once for all its completions
     (mleforge.train.trainer.completion_logps). TRL shuffles a step's sequences before it splits
-    them, so with several groups a step a micro-batch of one group's size mixes groups; a
-    micro_batch of the whole step keeps every group's prompt shared, at that many sequences'
-    activations.
+    them; there the trainer re-splits them by prompt, so that a micro-batch of one group's size
+    holds one group however many groups a step has.
 
     sft: "auto" collects expert samples with the template expert and fine-tunes briefly
     first (ML-Agent's SFT before RL: `sft_steps` optimizer steps of sft_batch_size x
