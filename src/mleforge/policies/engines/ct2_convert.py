@@ -66,12 +66,17 @@ def default_quantization(device: str) -> str:
 
 
 def architecture_converts(model_config: Any) -> bool:
-    """Whether ctranslate2's converter knows this transformers config class."""
+    """Whether ctranslate2's converter knows this transformers config's class."""
+    return config_class_converts(type(model_config).__name__)
+
+
+def config_class_converts(name: str) -> bool:
+    """Whether ctranslate2's converter knows the transformers config class named `name`."""
     from ctranslate2.converters import transformers as ct2_transformers
 
     # The converter has no public query; its registry is the dict it dispatches on.
     loaders = getattr(ct2_transformers, "_MODEL_LOADERS", None)
-    return loaders is None or type(model_config).__name__ in loaders
+    return loaders is None or name in loaders
 
 
 # --- in memory ---
