@@ -105,7 +105,11 @@ def test_a_run_written_before_a_setting_existed_resumes_when_it_has_the_default(
     config = SFTConfig(samples="s.jsonl", out=str(tmp_path))
     old = config.to_dict()
     del old["loss_samples"]  # a config.yaml from before loss_samples: it read as the default, 32
+    del old["model"]["lora_layers"]  # and from before model.lora_layers: every layer
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
     _check_same_run(tmp_path, config)
     with pytest.raises(TrainError, match=r"different loss_samples"):
         _check_same_run(tmp_path, SFTConfig(samples="s.jsonl", out=str(tmp_path), loss_samples=8))
+    with pytest.raises(TrainError, match=r"different model"):
+        _check_same_run(tmp_path, SFTConfig(samples="s.jsonl", out=str(tmp_path),
+                                            model=ModelConfig(lora_layers=12)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mleforge.cli.options import common
+from mleforge.cli.options import common, lora_layers_arg
 from mleforge.cli.output import err_console, print_json, print_table
 
 
@@ -17,6 +17,9 @@ def register(subparsers) -> None:
     p.add_argument("--out", help="run directory (default runs/sft/<model>; the same command again resumes it)")
     p.add_argument("--full", action="store_true", help="train every weight instead of a LoRA adapter")
     p.add_argument("--lora-rank", type=int, default=16, help="LoRA rank (default %(default)s)")
+    p.add_argument("--lora-layers", type=lora_layers_arg, default="all", metavar="N|all",
+                   help="put the adapter on the last N decoder layers only (a shorter backward pass), or on all "
+                        "(default %(default)s)")
     p.add_argument("--epochs", type=float, default=2.0, help="passes over the samples (default %(default)s)")
     p.add_argument("--max-steps", type=int, help="stop after this many optimizer steps (overrides --epochs)")
     p.add_argument("--lr", type=float, default=1e-4, help="learning rate (default %(default)s; 2e-5 for --full)")
@@ -40,7 +43,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
     stages = tuple(s.strip() for s in args.stages.split(",") if s.strip()) if args.stages else None
     config = SFTConfig(
         samples=args.samples, out=str(Path(args.out or f"runs/sft/{safe}")),
-        model=ModelConfig(spec=args.model, full=args.full, lora_rank=args.lora_rank, threads=args.threads),
+        model=ModelConfig(spec=args.model, full=args.full, lora_rank=args.lora_rank, threads=args.threads,
+                          lora_layers=None if args.lora_layers == "all" else args.lora_layers),
         epochs=args.epochs, max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size,
         grad_accum=args.grad_accum, max_length=args.max_length, stages=stages,
         loss_samples=args.loss_samples, seed=args.seed,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mleforge.cli.engine_options import add_engine_arguments
-from mleforge.cli.options import add_isolation_option, common
+from mleforge.cli.options import add_isolation_option, common, lora_layers_arg
 from mleforge.cli.output import err_console, print_json, print_table
 from mleforge.policies.engines.ct2_convert import QUANTIZATIONS
 
@@ -24,7 +24,7 @@ FLAGS = {
     "journals": "journals", "executor": "executor", "isolation": "isolation", "feedback": "feedback", "generation": "generation", "threads": "model.threads",
     "exec_workers": "exec_workers", "micro_batch": "micro_batch", "sft_steps": "sft_steps", "sft_lr": "sft_lr",
     "temperature": "temperature", "sft_max_length": "sft_max_length", "sft_loss_samples": "sft_loss_samples",
-    "expert_steps": "expert_steps", "stepwise_states": "stepwise_states", "quantization": "quantization",
+    "expert_steps": "expert_steps", "stepwise_expert_steps": "stepwise_expert_steps", "stepwise_states": "stepwise_states", "quantization": "quantization",
     "rollout_quantization": "rollout_quantization", "sync_every": "sync_every",
 }
 
@@ -45,6 +45,9 @@ def register(subparsers) -> None:
     p.add_argument("--max-new-tokens", type=int, help="completion length cap")
     p.add_argument("--lr", type=float, help="learning rate")
     p.add_argument("--lora-rank", type=int, help="LoRA rank")
+    p.add_argument("--lora-layers", type=lora_layers_arg, metavar="N|all",
+                   help="put the adapter on the last N decoder layers only, or on all (default: the preset's; "
+                        "cpu: 12, gpu-1x: all)")
     p.add_argument("--full", action="store_true", help="train every weight instead of a LoRA adapter")
     p.add_argument("--sampler", choices=("uniform", "learnability"), help="curriculum sampler (default learnability)")
     p.add_argument("--no-buffer-growth", action="store_true",
@@ -81,8 +84,10 @@ def register(subparsers) -> None:
     p.add_argument("--sft-max-length", type=int, help="token cap of a warm-start sample (default 4096)")
     p.add_argument("--sft-loss-samples", type=int, help="warm-start samples its loss before and after is "
                                                         "measured on (default 8)")
-    p.add_argument("--expert-steps", type=int, help="steps of each template-expert episode (seeds, warm start, "
-                                                    "step-wise states; default 6)")
+    p.add_argument("--expert-steps", type=int, help="steps of each template-expert episode of the training tasks "
+                                                    "(seeds, warm start; default 5)")
+    p.add_argument("--stepwise-expert-steps", type=int, help="steps of each template-expert episode of the eval "
+                                                             "tasks (the step-wise states; default 6)")
     p.add_argument("--stepwise-states", type=int, help="states of the step-wise evaluation before and after "
                                                        "(default 8)")
     add_engine_arguments(p)  # the step-wise evaluation's generation; GRPO rollouts: --generation
@@ -103,6 +108,8 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
             out[key] = value
     if args.full:
         model["full"] = True
+    if getattr(args, "lora_layers", None) is not None:
+        model["lora_layers"] = None if args.lora_layers == "all" else args.lora_layers
     if args.no_buffer_growth:
         out["buffer_growth"] = False
     if getattr(args, "engine", "auto") != "auto":  # auto is the default: not an override

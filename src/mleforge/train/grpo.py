@@ -404,7 +404,7 @@ def stepwise_evaluation(plan: Plan, folder: Path, spec: str, label: str, registr
         return result
     states = stepwise_states(list(plan.eval_tasks), n_states=config.stepwise_states, seed=config.seed,
                              work_dir=folder / STEPWISE_DIR / "expert", stages=config.seed_stages,
-                             registry=registry, steps=config.expert_steps, executor=executor, progress=progress)
+                             registry=registry, steps=config.stepwise_expert_steps, executor=executor, progress=progress)
     policy = make_local_policy(spec, config)
     try:
         with record_progress(f"step-wise evaluation ({label}): generating, then running", len(states),

@@ -177,18 +177,56 @@ def load_for_training(config: ModelConfig) -> TrainableModel:
     if getattr(tokenizer, "chat_template", None) is None:
         raise TrainError(f"--model {config.spec}: its tokenizer has no chat template; train an instruct (chat) model")
     model.to(device)
-    peft_config = None if config.full else lora_config(config)
+    peft_config = None if config.full else lora_config(config, model)
     return TrainableModel(model, tokenizer, peft_config, source, base_spec_of(config), device)
 
 
-def lora_config(config: ModelConfig) -> Any:
+def lora_config(config: ModelConfig, model: Any = None) -> Any:
+    """PEFT's LoraConfig for `config`; with `config.lora_layers`, on the last that many of
+    `model`'s decoder layers only (all of them where it has fewer), by PEFT's
+    `layers_to_transform`, which takes module names: "all-linear" becomes the names of the
+    linear modules inside the decoder layers."""
     import peft
 
     targets: Any = config.target_modules
     if targets != "all-linear":
         targets = [t.strip() for t in targets.split(",") if t.strip()]
+    layers = None
+    if config.lora_layers is not None:
+        if model is None:
+            raise ValueError("lora_layers needs the model, to count its decoder layers")
+        total = decoder_layer_count(model)
+        if config.lora_layers < total:  # else every layer: PEFT's usual path
+            layers = list(range(total - config.lora_layers, total))
+            if targets == "all-linear":
+                targets = decoder_linear_names(model)
     return peft.LoraConfig(r=config.lora_rank, lora_alpha=config.alpha, lora_dropout=config.lora_dropout,
-                           target_modules=targets, task_type="CAUSAL_LM", bias="none")
+                           target_modules=targets, task_type="CAUSAL_LM", bias="none",
+                           layers_to_transform=layers)
+
+
+def decoder_layer_count(model: Any) -> int:
+    """The number of decoder layers (the text model's `num_hidden_layers`)."""
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    count = getattr(text, "num_hidden_layers", None)
+    if not isinstance(count, int) or count < 1:
+        raise TrainError("model.lora_layers: the model's config names no num_hidden_layers; leave lora_layers out")
+    return count
+
+
+def decoder_linear_names(model: Any) -> list[str]:
+    """The last name part of every linear module inside a numbered decoder layer (q_proj,
+    ..., down_proj for Qwen2 and Llama): what "all-linear" adapts there."""
+    import re
+
+    import torch
+
+    names = {name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+             if isinstance(module, torch.nn.Linear) and re.search(r"\.\d+\.", f".{name}")}
+    if not names:
+        raise TrainError("model.lora_layers: found no linear modules inside numbered decoder layers; "
+                         "name them with target_modules, or leave lora_layers out")
+    return sorted(names)
 
 
 def trainable_parameters(model: Any) -> int:

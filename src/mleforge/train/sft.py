@@ -30,7 +30,7 @@ import yaml
 
 from mleforge.eval.contamination import CHECKPOINT_RECORD, RUN_RECORD
 from mleforge.train.checkpoints import atomic_write, checkpoint_callback, last_checkpoint
-from mleforge.train.config import SFTConfig
+from mleforge.train.config import ModelConfig, SFTConfig
 from mleforge.train.errors import TrainError
 from mleforge.train.model import (
     check_model,
@@ -215,6 +215,8 @@ def _check_same_run(run_dir: Path, config: SFTConfig) -> None:
         saved = yaml.safe_load(path.read_text(encoding="utf-8"))
         # A setting added since the run was written reads as its default.
         saved = {**{k: v for k, v in SFTConfig(samples="-", out="-").to_dict().items() if k not in saved}, **saved}
+        if isinstance(saved.get("model"), dict):  # the same for the model's settings (lora_layers: every layer)
+            saved["model"] = {**ModelConfig().to_dict(), **saved["model"]}
         if saved != data:
             changed = sorted(k for k in data if saved.get(k) != data[k])
             raise TrainError(f"{run_dir} holds another SFT run (different {', '.join(changed)}); "
