@@ -17,7 +17,7 @@ import torch  # noqa: E402
 from mleforge.cli.options import lora_layers_arg  # noqa: E402
 from mleforge.errors import ConfigError  # noqa: E402
 from mleforge.policies import SamplingConfig, make_policy  # noqa: E402
-from mleforge.train.config import CPU_LORA_LAYERS, ModelConfig, TrainConfig  # noqa: E402
+from mleforge.train.config import ModelConfig, TrainConfig  # noqa: E402
 from mleforge.train.model import decoder_linear_names, load_for_training, lora_config  # noqa: E402
 from tests.train.test_cli import cli  # noqa: E402
 
@@ -65,15 +65,16 @@ def test_the_adapter_goes_on_the_top_layers_only_and_backward_stops_below_them(t
 
 
 def test_presets_config_and_flags():
-    assert TrainConfig().model.lora_layers == CPU_LORA_LAYERS == 12
-    assert TrainConfig.preset_config("cpu").model.lora_layers == 12
+    # every layer by default (the top-12 setting halved the main job's warm start but left it malformed)
+    assert TrainConfig().model.lora_layers is None
     assert TrainConfig.preset_config("gpu-1x").model.lora_layers is None
-    assert TrainConfig.preset_config("cpu", model={"lora_rank": 8}).model.lora_layers == 12
+    given = TrainConfig.preset_config("cpu", model={"lora_layers": 12})
+    assert (given.model.lora_layers, given.model.lora_rank) == (12, 16)
     assert ModelConfig().lora_layers is None  # mleforge sft's default: every layer
     with pytest.raises(ConfigError, match=r"model.lora_layers: got 0; expected an integer >= 1"):
         ModelConfig(lora_layers=0)
     # a run written before the setting existed reads as what it did: every layer
-    saved = TrainConfig().to_dict()
+    saved = given.to_dict()
     del saved["model"]["lora_layers"]
     assert TrainConfig.from_dict(saved).model.lora_layers is None
     assert lora_layers_arg("all") == "all" and lora_layers_arg("12") == 12

@@ -46,8 +46,8 @@ def register(subparsers) -> None:
     p.add_argument("--lr", type=float, help="learning rate")
     p.add_argument("--lora-rank", type=int, help="LoRA rank")
     p.add_argument("--lora-layers", type=lora_layers_arg, metavar="N|all",
-                   help="put the adapter on the last N decoder layers only, or on all (default: the preset's; "
-                        "cpu: 12, gpu-1x: all)")
+                   help="put the adapter on the last N decoder layers only (a shorter backward pass), or on all "
+                        "(default all)")
     p.add_argument("--full", action="store_true", help="train every weight instead of a LoRA adapter")
     p.add_argument("--sampler", choices=("uniform", "learnability"), help="curriculum sampler (default learnability)")
     p.add_argument("--no-buffer-growth", action="store_true",
@@ -85,7 +85,7 @@ def register(subparsers) -> None:
     p.add_argument("--sft-loss-samples", type=int, help="warm-start samples its loss before and after is "
                                                         "measured on (default 8)")
     p.add_argument("--expert-steps", type=int, help="steps of each template-expert episode of the training tasks "
-                                                    "(seeds, warm start; default 5)")
+                                                    "(seeds, warm start; default 6)")
     p.add_argument("--stepwise-expert-steps", type=int, help="steps of each template-expert episode of the eval "
                                                              "tasks (the step-wise states; default 6)")
     p.add_argument("--stepwise-states", type=int, help="states of the step-wise evaluation before and after "
