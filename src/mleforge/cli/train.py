@@ -83,7 +83,7 @@ def register(subparsers) -> None:
     p.add_argument("--temperature", type=float, help="sampling temperature of the GRPO rollouts")
     p.add_argument("--sft-max-length", type=int, help="token cap of a warm-start sample (default 4096)")
     p.add_argument("--sft-loss-samples", type=int, help="warm-start samples its loss before and after is "
-                                                        "measured on (default 8)")
+                                                        "measured on (default 4)")
     p.add_argument("--expert-steps", type=int, help="steps of each template-expert episode of the training tasks "
                                                     "(seeds, warm start; default 6)")
     p.add_argument("--stepwise-expert-steps", type=int, help="steps of each template-expert episode of the eval "
