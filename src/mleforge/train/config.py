@@ -98,7 +98,7 @@ class ModelConfig:
     on all of them (benchmarks/lora_layers.py, one run). It is not the cpu preset's: the
     main job with 12 (and 5 expert steps) took its warm start from 16:58 to 9:17, but left 4
     of 8 step-wise states malformed and 3 of 8 valid (mean reward -0.035 ± 0.127) against 1
-    and 7 (0.352 ± 0.105).
+    and 7 (0.352 ± 0.105); with 12 on the usual 22 samples, 1 and 5 (0.129 ± 0.121).
     """
 
     spec: str = "bundled:qwen2.5-coder-0.5b"
