@@ -40,9 +40,8 @@ def test_the_adapter_goes_on_the_top_layers_only_and_backward_stops_below_them(t
     # the tiny Llama has 2 decoder layers
     assert decoder_linear_names(load_for_training(ModelConfig(spec=f"hf:{tiny}")).model) == LINEARS
     top = peft_model(f"hf:{tiny}", 1)
-    every = {f"{i}.{kind}.{name}" for i in (1,) for kind, names in
-             (("self_attn", ["k_proj", "o_proj", "q_proj", "v_proj"]), ("mlp", ["down_proj", "gate_proj", "up_proj"]))
-             for name in names}
+    every = {f"1.self_attn.{n}" for n in ("k_proj", "o_proj", "q_proj", "v_proj")} | \
+        {f"1.mlp.{n}" for n in ("down_proj", "gate_proj", "up_proj")}
     assert adapted(top) == every
     # every layer, as PEFT's all-linear: for None and for a count the model does not exceed
     for layers in (None, 2, 5):

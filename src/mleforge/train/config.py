@@ -252,7 +252,7 @@ class TrainConfig:
     task that --sft auto collects (their journals also seed the buffer); sft_max_length: its
     samples' token cap (SFTConfig.max_length); sft_loss_samples: the samples its loss before
     and after is measured on (SFTConfig.loss_samples; 4 on a CPU, where 32 took 9 of the
-    warm start's 22 minutes and each sample costs two ~10 s forward passes).
+    warm start's 22 minutes: each sample costs a forward pass before and one after).
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -444,7 +444,7 @@ class TrainConfig:
         if name not in PRESETS:
             raise ConfigError(f"preset: got {name!r}; expected one of {', '.join(PRESETS)}")
         base = dict(PRESETS[name])
-        model = {**cls().model.to_dict(), **base.pop("model", {}), **(overrides.pop("model", None) or {})}
+        model = {**base.pop("model", {}), **(overrides.pop("model", None) or {})}
         merged = {**base, **overrides, "preset": name}
         return cls(model=ModelConfig(**model), **merged)
 

@@ -181,7 +181,7 @@ def load_for_training(config: ModelConfig) -> TrainableModel:
     return TrainableModel(model, tokenizer, peft_config, source, base_spec_of(config), device)
 
 
-def lora_config(config: ModelConfig, model: Any = None) -> Any:
+def lora_config(config: ModelConfig, model: Any) -> Any:
     """PEFT's LoraConfig for `config`; with `config.lora_layers`, on the last that many of
     `model`'s decoder layers only (all of them where it has fewer), by PEFT's
     `layers_to_transform`, which takes module names: "all-linear" becomes the names of the
@@ -193,8 +193,6 @@ def lora_config(config: ModelConfig, model: Any = None) -> Any:
         targets = [t.strip() for t in targets.split(",") if t.strip()]
     layers = None
     if config.lora_layers is not None:
-        if model is None:
-            raise ValueError("lora_layers needs the model, to count its decoder layers")
         total = decoder_layer_count(model)
         if config.lora_layers < total:  # else every layer: PEFT's usual path
             layers = list(range(total - config.lora_layers, total))
