@@ -6,6 +6,7 @@
         --out bench-out/lm_head-sft.json                                         # the warm start's step
     python benchmarks/lm_head.py --group 4 --prompt-tokens 1250 --out bench-out/lm_head-group.json
                                                                                  # a whole group's update
+    python benchmarks/lm_head.py --group 4 --prompt-tokens 1250 --prompt-grad-off   # the prompt without a graph
 
 On a device without Triton, TRL 1.16's fused LM head projects every position of a sequence
 through the vocabulary; mleforge's trainers project the completion positions only. This
@@ -27,6 +28,11 @@ two paths `--repeats` times each in alternation.
   autocast) of the trainer `mleforge sft` builds (mleforge.train.sft.sft_trainer), with the
   completion-only cut on and off (TRL's own compute_loss then). The main job's warm-start
   samples are ~1,250-token prompts with ~130-token edit completions.
+
+- `--prompt-grad-off`: the path the trainer takes (the completion-only head; a group's prompt
+  shared) against the same path with ModelConfig.prompt_grad off: the prompt's positions but
+  its last run without a graph, so the backward pass skips them (the same values, a gradient
+  without the prompt's key/value path).
 
 It also checks that both give the same numbers (max absolute difference of the
 log-probabilities, or of the loss). Writes JSON to --out and prints a table: seconds per
@@ -139,6 +145,26 @@ def shared(model: Any, ids: Any, mask: Any, keep: int) -> Any:
     return logps, entropy
 
 
+def detached(model: Any, ids: Any, mask: Any, keep: int) -> Any:
+    """The micro-batch in one call, each distinct prompt once and without a graph but its last token."""
+    from mleforge.train.trainer import completion_logps
+
+    logps, entropy, _ = completion_logps(model, ids, mask, keep, batch_size=ids.size(0), compute_entropy=True,
+                                         temperature=TEMPERATURE, entropy_requires_grad=False, prompt_grad=False)
+    return logps, entropy
+
+
+def sft_prompt_grad(on: bool) -> Any:
+    """One training_step of the SFT trainer's completion-only path, the prompt with a graph or without."""
+    step = sft_step(native=False)
+
+    def path(trainer: Any, ids: Any, mask: Any, keep: int) -> Any:
+        trainer.prompt_grad = on
+        return step(trainer, ids, mask, keep)
+
+    return path
+
+
 def timed(path: Any, model: Any, ids: Any, mask: Any, keep: int) -> tuple[float, Any]:
     model.zero_grad(set_to_none=True)
     started = time.perf_counter()
@@ -178,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--completion-tokens", type=int, default=192)
     parser.add_argument("--group", type=int, default=1,
                         help="grpo: sequences of one prompt in the micro-batch (>1: shared prompt against one at a time)")
+    parser.add_argument("--prompt-grad-off", action="store_true",
+                        help="time the trainer's path against the same with the prompt run without a graph")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--lora-rank", type=int, default=16)
     parser.add_argument("--threads", type=int, help="torch CPU threads")
@@ -200,11 +228,16 @@ def main(argv: list[str] | None = None) -> int:
             model = subject.model
             paths = (("trl_fused", sft_step(native=True), timed_sft),
                      ("completion_only", sft_step(native=False), timed_sft))
+            if args.prompt_grad_off:
+                paths = (("completion_only", sft_prompt_grad(True), timed_sft),
+                         ("prompt_no_grad", sft_prompt_grad(False), timed_sft))
         else:
             spec, subject = load(args, Path(tmp))
             model = subject
             paths = ((("trl_fused", fused, timed), ("completion_only", ours, timed)) if args.group == 1
                      else (("completion_only", ours, timed_rows), ("shared_prompt", shared, timed)))
+            if args.prompt_grad_off:
+                paths = ((paths[1][0], paths[1][1], timed), ("prompt_no_grad", detached, timed))
         vocab = int(model.get_input_embeddings().weight.size(0))
         device = next(model.parameters()).device
         g = torch.Generator().manual_seed(args.seed)

@@ -118,3 +118,44 @@ def test_the_lm_head_benchmark_times_the_sft_step_both_ways_on_a_tiny_model(tmp_
     assert data["objective"] == "sft" and set(data["seconds"]) == {"trl_fused", "completion_only"}
     assert all(len(v) == 2 and min(v) > 0 for v in data["seconds"].values())
     assert data["max_abs_loss_diff"] < 1e-4 and data["speedup"] > 0
+
+
+def test_prompt_grad_off_runs_the_shared_prompt_columns_without_a_graph(folder, tmp_path, monkeypatch):
+    from tests.train.test_trainer_logps import DetachedKeysValues, GraphCounter
+
+    trainer = make_trainer(folder, tmp_path / "out")
+    trainer.model.train()
+    inputs = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    labels = inputs["labels"]
+    rows, length = labels.shape
+    first = int((labels[:, 1:] != -100).any(dim=0).nonzero()[0])
+    backbone = trainer._cut_backbone(inputs)
+
+    exact = loss_grads_metrics(trainer, inputs, [])
+    # the reference: TRL's own path, with every key and value before column `first` cut off the graph
+    monkeypatch.setattr(sft_trainer, "compact_head_native", lambda device: True)
+    reference = DetachedKeysValues(trainer.model, first)
+    try:
+        want = loss_grads_metrics(trainer, inputs, [])
+    finally:
+        reference.remove()
+    monkeypatch.undo()
+
+    trainer.prompt_grad = False
+    counter = GraphCounter(trainer.model)
+    try:
+        got = loss_grads_metrics(trainer, inputs, [])
+    finally:
+        counter.handle.remove()
+    assert counter.counts == {"no_graph": rows * first, "graph": rows * (length - first)}
+    torch.testing.assert_close(got[0], exact[0], rtol=1e-5, atol=1e-6)  # the same loss
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6)
+    assert got[1].keys() == want[1].keys() and len(got[1]) > 0
+    for name in want[1]:
+        scale = float(want[1][name].abs().max())
+        torch.testing.assert_close(got[1][name], want[1][name], rtol=1e-3, atol=1e-5 * scale)
+    for key in got[2]:
+        assert got[2][key] == pytest.approx(exact[2][key], rel=1e-5)
+    differs = [n for n in exact[1] if not torch.allclose(exact[1][n], want[1][n], rtol=1e-3, atol=1e-6)]
+    assert any("k_proj" in n for n in differs) and any("v_proj" in n for n in differs)
+    assert not backbone._forward_hooks and not backbone._forward_pre_hooks

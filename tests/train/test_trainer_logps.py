@@ -282,3 +282,110 @@ def test_a_steps_micro_batches_are_re_split_one_prompt_each():
     assert regroup_by_prompt(batches[:1]) is None
     odd = [dict(batches[0], extra=3), dict(batches[1], extra=3)]
     assert regroup_by_prompt(odd) is None
+
+
+class DetachedKeysValues:
+    """An independent reference for prompt_grad off: the full forward, with the outputs of every
+    attention layer's key and value projections cut off from the graph at positions before
+    `cut`. A prompt position reaches the later ones only through its keys and values, so this is
+    the gradient that running those positions without a graph gives."""
+
+    def __init__(self, model, cut):
+        self.cut = cut
+        self.handles = [module.register_forward_hook(self) for name, module in model.named_modules()
+                        if name.endswith(("k_proj", "v_proj")) and hasattr(module, "base_layer")]
+        assert len(self.handles) == 2 * len(model.base_model.model.model.layers)
+
+    def __call__(self, module, args, output):
+        return torch.cat([output[:, :self.cut].detach(), output[:, self.cut:]], dim=1)
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+
+
+def detached_paths(model, ids, mask, keep, share_prompts=True):
+    """(full forward: log-probabilities, LoRA gradients), (the reference with keys and values cut
+    before the prompt's last position), (completion_logps with prompt_grad off), and the decoder
+    positions the last ran with a graph and without."""
+    model.zero_grad()
+    full, _ = fused(model, ids, mask, keep)
+    full.sum().backward()
+    full_grads = lora_grads(model)
+    model.zero_grad()
+    reference = DetachedKeysValues(model, ids.size(1) - keep - 1)
+    try:
+        want, _ = fused(model, ids, mask, keep)
+    finally:
+        reference.remove()
+    want.sum().backward()
+    want_grads = lora_grads(model)
+    model.zero_grad()
+    counter = GraphCounter(model)
+    try:
+        got, _, _ = completion_logps(model, ids, mask, keep, batch_size=ids.size(0), compute_entropy=False,
+                                     temperature=TEMPERATURE, entropy_requires_grad=False,
+                                     share_prompts=share_prompts, prompt_grad=False)
+    finally:
+        counter.handle.remove()
+    got.sum().backward()
+    return (full, full_grads), (want, want_grads), (got, lora_grads(model)), counter.counts
+
+
+class GraphCounter:
+    """Positions the first decoder layer ran with a graph and without."""
+
+    def __init__(self, model):
+        self.counts = {"graph": 0, "no_graph": 0}
+        self.handle = model.base_model.model.model.layers[0].register_forward_hook(self)
+
+    def __call__(self, module, args, output):
+        hidden = args[0] if args else output[0]
+        self.counts["graph" if torch.is_grad_enabled() else "no_graph"] += hidden.shape[0] * hidden.shape[1]
+
+
+@pytest.mark.parametrize("layout", ["groups", "distinct"])
+def test_prompt_grad_off_keeps_the_values_and_drops_only_the_prompts_key_value_path(model, layout):
+    ids, mask, keep = group_batch() if layout == "groups" else batch()
+    (full, full_grads), (want, want_grads), (got, got_grads), counts = detached_paths(model, ids, mask, keep)
+    if layout == "groups":  # two prompts' first 6 positions once without a graph, then 5 x (1 + 5)
+        assert counts == {"no_graph": 2 * 6, "graph": 5 * 6}
+    else:  # three prompts of their own: 3 x 6 without, 3 x 6 with
+        assert counts == {"no_graph": 3 * 6, "graph": 3 * 6}
+    torch.testing.assert_close(got, full, rtol=1e-4, atol=1e-5)
+    assert set(got_grads) == set(want_grads) and len(got_grads) > 4
+    for name in want_grads:
+        scale = float(want_grads[name].abs().max())
+        torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-3, atol=1e-5 * scale)
+    # and it is another gradient than the full one: the key and value adapters lose the prompt's part
+    differs = [n for n in full_grads if not torch.allclose(full_grads[n], want_grads[n], rtol=1e-3, atol=1e-6)]
+    assert any("k_proj" in n for n in differs) and any("v_proj" in n for n in differs)
+
+
+def test_prompt_grad_off_runs_each_row_alone_without_sharing(model):
+    ids, mask, keep = group_batch()
+    _, (want, want_grads), (got, got_grads), counts = detached_paths(model, ids, mask, keep, share_prompts=False)
+    assert counts == {"no_graph": 5 * 6, "graph": 5 * 6}
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    for name in want_grads:
+        scale = float(want_grads[name].abs().max())
+        torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-3, atol=1e-5 * scale)
+
+
+def test_prompt_grad_off_falls_back_to_the_full_forward_where_it_cannot_cut(model):
+    ids, mask, keep = batch()
+    # a one-token prompt leaves nothing to run without a graph
+    counter = GraphCounter(model)
+    try:
+        completion_logps(model, ids[:, 6:], mask[:, 6:], keep, batch_size=3, compute_entropy=False,
+                         temperature=TEMPERATURE, entropy_requires_grad=False, prompt_grad=False)
+        assert counter.counts == {"no_graph": 0, "graph": 3 * 6}
+        # a row whose prompt before its last token is padding only
+        padded = mask.clone()
+        padded[0, :6] = 0
+        counter.counts.update(graph=0, no_graph=0)
+        completion_logps(model, ids, padded, keep, batch_size=3, compute_entropy=False,
+                         temperature=TEMPERATURE, entropy_requires_grad=False, prompt_grad=False)
+        assert counter.counts == {"no_graph": 0, "graph": 3 * 12}
+    finally:
+        counter.handle.remove()

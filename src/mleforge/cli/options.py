@@ -107,3 +107,17 @@ def lora_layers_arg(text: str) -> int | str:
     if value < 1:
         raise argparse.ArgumentTypeError(f"got {text!r}; give a number of layers (1 or more) or 'all'")
     return value
+
+
+PROMPT_GRAD_HELP = ("on: the exact gradient; off: the prompt but its last token runs without a graph, so the "
+                    "backward pass covers the completion only (the same loss; the gradient through the prompt's "
+                    "keys and values left out). Default: off, except under "
+                    "activation checkpointing (gpu-1x)")
+
+
+def on_off(text: str) -> bool:
+    """An on/off flag's value."""
+    value = text.strip().lower()
+    if value not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"got {text!r}; give on or off")
+    return value == "on"

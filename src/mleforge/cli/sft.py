@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mleforge.cli.options import common, lora_layers_arg
+from mleforge.cli.options import PROMPT_GRAD_HELP, common, lora_layers_arg, on_off
 from mleforge.cli.output import err_console, print_json, print_table
 
 
@@ -20,6 +20,7 @@ def register(subparsers) -> None:
     p.add_argument("--lora-layers", type=lora_layers_arg, default="all", metavar="N|all",
                    help="put the adapter on the last N decoder layers only (a shorter backward pass), or on all "
                         "(default %(default)s)")
+    p.add_argument("--prompt-grad", type=on_off, metavar="on|off", help=PROMPT_GRAD_HELP)
     p.add_argument("--epochs", type=float, default=2.0, help="passes over the samples (default %(default)s)")
     p.add_argument("--max-steps", type=int, help="stop after this many optimizer steps (overrides --epochs)")
     p.add_argument("--lr", type=float, default=1e-4, help="learning rate (default %(default)s; 2e-5 for --full)")
@@ -41,10 +42,11 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
     safe = args.model.replace("/", "_").replace(":", "-")
     stages = tuple(s.strip() for s in args.stages.split(",") if s.strip()) if args.stages else None
+    model = {} if args.prompt_grad is None else {"prompt_grad": args.prompt_grad}
     config = SFTConfig(
         samples=args.samples, out=str(Path(args.out or f"runs/sft/{safe}")),
         model=ModelConfig(spec=args.model, full=args.full, lora_rank=args.lora_rank, threads=args.threads,
-                          lora_layers=None if args.lora_layers == "all" else args.lora_layers),
+                          lora_layers=None if args.lora_layers == "all" else args.lora_layers, **model),
         epochs=args.epochs, max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size,
         grad_accum=args.grad_accum, max_length=args.max_length, stages=stages,
         loss_samples=args.loss_samples, seed=args.seed,

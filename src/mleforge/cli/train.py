@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mleforge.cli.engine_options import add_engine_arguments
-from mleforge.cli.options import add_isolation_option, common, lora_layers_arg
+from mleforge.cli.options import PROMPT_GRAD_HELP, add_isolation_option, common, lora_layers_arg, on_off
 from mleforge.cli.output import err_console, print_json, print_table
 from mleforge.policies.engines.ct2_convert import QUANTIZATIONS
 
@@ -49,6 +49,7 @@ def register(subparsers) -> None:
                    help="put the adapter on the last N decoder layers only (a shorter backward pass), or on all "
                         "(default all)")
     p.add_argument("--full", action="store_true", help="train every weight instead of a LoRA adapter")
+    p.add_argument("--prompt-grad", type=on_off, metavar="on|off", help=PROMPT_GRAD_HELP)
     p.add_argument("--sampler", choices=("uniform", "learnability"), help="curriculum sampler (default learnability)")
     p.add_argument("--no-buffer-growth", action="store_true",
                    help="ablation: rollouts update statistics but add no states (the buffer stays its seeds)")
@@ -110,6 +111,8 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         model["full"] = True
     if getattr(args, "lora_layers", None) is not None:
         model["lora_layers"] = None if args.lora_layers == "all" else args.lora_layers
+    if getattr(args, "prompt_grad", None) is not None:
+        model["prompt_grad"] = args.prompt_grad
     if args.no_buffer_growth:
         out["buffer_growth"] = False
     if getattr(args, "engine", "auto") != "auto":  # auto is the default: not an override

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from mleforge.agent.prompts import PromptConfig
 from mleforge.curriculum.config import SAMPLER_KINDS, BufferConfig, LearnabilityConfig
@@ -99,7 +99,18 @@ class ModelConfig:
     main job with 12 (and 5 expert steps) took its warm start from 16:58 to 9:17, but left 4
     of 8 step-wise states malformed and 3 of 8 valid (mean reward -0.035 ± 0.127) against 1
     and 7 (0.352 ± 0.105); with 12 on the usual 22 samples, 1 and 5 (0.129 ± 0.121).
+    prompt_grad: off (the cpu preset's), an update runs a sequence's prompt but its last token
+    without a graph, through a key/value cache the completion then attends to (on a device
+    without Triton, and in `mleforge sft`'s completion-only path): the same losses and
+    log-probabilities, and the gradient less its path through the prompt's keys and values, so
+    the backward pass covers the completion's ~130-192 positions instead of ~1,400. On is the
+    exact gradient (gpu-1x's, which checkpoints activations: that turns the cache off). A config
+    written before the setting existed reads as on, which is what it ran (LEGACY).
     """
+
+    # What a run whose config was written before these settings existed ran with: a resumed run
+    # (mleforge.train.grpo.load_run_config) and mleforge sft's same-run check read a missing key so.
+    LEGACY: ClassVar[dict[str, Any]] = {"prompt_grad": True}
 
     spec: str = "bundled:qwen2.5-coder-0.5b"
     full: bool = False
@@ -112,6 +123,7 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     threads: int | None = None
     lora_layers: int | None = None
+    prompt_grad: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, str) or not self.spec.strip():
@@ -130,6 +142,11 @@ class ModelConfig:
         _flag("model.gradient_checkpointing", self.gradient_checkpointing)
         _integer("model.threads", self.threads, 1, optional=True)
         _integer("model.lora_layers", self.lora_layers, 1, " (or leave it out: every layer)", optional=True)
+        _flag("model.prompt_grad", self.prompt_grad)
+        if not self.prompt_grad and self.gradient_checkpointing:
+            raise ConfigError("model.prompt_grad off runs the prompt without a graph through a key/value cache, "
+                              "which activation checkpointing turns off: turn gradient_checkpointing off, or "
+                              "prompt_grad on")
 
     @property
     def alpha(self) -> float:
@@ -469,7 +486,7 @@ def _nested_from_dict(cls: type, data: dict[str, Any]) -> Any:
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu": {},
     "gpu-1x": {
-        "model": {"dtype": "bfloat16", "device": "cuda", "gradient_checkpointing": True},
+        "model": {"dtype": "bfloat16", "device": "cuda", "gradient_checkpointing": True, "prompt_grad": True},
         "steps": 200,
         "group_size": 8,
         "groups_per_step": 8,

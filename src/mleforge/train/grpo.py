@@ -218,7 +218,12 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise TrainError(f"--resume {run_dir}: no {CONFIG_FILE} there; give the run directory `mleforge train` made")
-    return TrainConfig.from_dict(yaml.safe_load(path.read_text(encoding="utf-8")))
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if isinstance(data, dict) and isinstance(data.get("model"), dict):
+        from mleforge.train.config import ModelConfig
+
+        data["model"] = {**ModelConfig.LEGACY, **data["model"]}  # a run from before a setting ran without it
+    return TrainConfig.from_dict(data)
 
 
 def resume(run_dir: str | Path, *, registry: Any = None, progress: bool = True, renderer: Any = None,
@@ -609,7 +614,7 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: Any, executor: An
         model=loaded.model, reward_funcs=[reward], args=args,
         train_dataset=Dataset.from_list(placeholder_rows(config.groups_per_step)),
         processing_class=loaded.tokenizer, peft_config=loaded.peft_config, rollout_func=rollout,
-        feed=feed, run_seed=config.seed,
+        feed=feed, run_seed=config.seed, prompt_grad=config.model.prompt_grad,
     )
     for printer in (PrinterCallback, ProgressCallback):  # our own bar and metrics.jsonl instead
         trainer.remove_callback(printer)

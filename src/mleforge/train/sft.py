@@ -187,7 +187,8 @@ def sft_trainer(config: SFTConfig, loaded: Any, dataset: Any, output_dir: Path) 
         dataset_num_proc=None,
     )
     return CompletionSFTTrainer(model=loaded.model, args=args, train_dataset=dataset,
-                                processing_class=loaded.tokenizer, peft_config=loaded.peft_config)
+                                processing_class=loaded.tokenizer, peft_config=loaded.peft_config,
+                                prompt_grad=config.model.prompt_grad)
 
 
 def _finished(run_dir: Path) -> SFTResult | None:
@@ -215,8 +216,9 @@ def _check_same_run(run_dir: Path, config: SFTConfig) -> None:
         saved = yaml.safe_load(path.read_text(encoding="utf-8"))
         # A setting added since the run was written reads as its default.
         saved = {**{k: v for k, v in SFTConfig(samples="-", out="-").to_dict().items() if k not in saved}, **saved}
-        if isinstance(saved.get("model"), dict):  # the same for the model's settings (lora_layers: every layer)
-            saved["model"] = {**ModelConfig().to_dict(), **saved["model"]}
+        if isinstance(saved.get("model"), dict):  # the same for the model's settings (lora_layers: every layer;
+            # prompt_grad: on, as it ran)
+            saved["model"] = {**ModelConfig().to_dict(), **ModelConfig.LEGACY, **saved["model"]}
         if saved != data:
             changed = sorted(k for k in data if saved.get(k) != data[k])
             raise TrainError(f"{run_dir} holds another SFT run (different {', '.join(changed)}); "

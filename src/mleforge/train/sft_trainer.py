@@ -24,12 +24,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from trl import SFTTrainer
 
-from mleforge.train.trainer import compact_head_native
+from mleforge.train.trainer import _cache_field, _checkpointing, compact_head_native
 
 
 class CompletionSFTTrainer(SFTTrainer):
+    def __init__(self, *args: Any, prompt_grad: bool = True, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.prompt_grad = prompt_grad
+
     def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> Any:
         backbone = None if return_outputs else self._cut_backbone(inputs)
@@ -43,16 +48,30 @@ class CompletionSFTTrainer(SFTTrainer):
         trimmed = {k: v for k, v in inputs.items() if k != "labels"}
         trimmed["shift_labels"] = shifted[:, first:]
 
+        # The column the backbone's output starts at: 0, or `first` where the columns before it ran
+        # without a graph (prompt_grad off: detach_prefix).
+        start = [0]
+
         def keep_counted(module: Any, args: Any, output: Any) -> Any:
             # Hidden state t predicts token t + 1: columns first..L-2 go with shift_labels.
-            output.last_hidden_state = output.last_hidden_state[:, first:-1]
+            output.last_hidden_state = output.last_hidden_state[:, first - start[0]:-1]
             return output
 
-        handle = backbone.register_forward_hook(keep_counted)
+        def detach_prefix(module: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+            changed = prefix_without_graph(module, args, kwargs, first)
+            if changed is None:
+                return None
+            start[0] = first
+            return args, changed
+
+        handles = [backbone.register_forward_hook(keep_counted)]
+        if not self.prompt_grad and first >= 1 and not _checkpointing(model):
+            handles.append(backbone.register_forward_pre_hook(detach_prefix, with_kwargs=True))
         try:
             return super().compute_loss(model, trimmed, return_outputs=False, num_items_in_batch=num_items_in_batch)
         finally:
-            handle.remove()
+            for handle in handles:
+                handle.remove()
 
     def _cut_backbone(self, inputs: dict[str, Any]) -> Any:
         """The module whose output the fused head projects, where cutting it to the counted
@@ -73,3 +92,30 @@ class CompletionSFTTrainer(SFTTrainer):
             return None
         backbone = getattr(model, "base_model", None)
         return None if backbone is None or backbone is model else backbone
+
+
+def prefix_without_graph(backbone: Any, args: Any, kwargs: dict[str, Any], cut: int) -> dict[str, Any] | None:
+    """The backbone's keyword arguments with columns 0..cut-1 already run under `torch.no_grad()`:
+    the input ids from `cut` on and the prefix's key/value cache; None where the call is not one
+    this applies to (positional arguments, position ids or embeddings given, a cache already, a
+    row whose prefix is padding only, a cache whose layers may drop positions). The hidden states
+    from `cut` on are the full forward's; the gradient leaves out the path through the prefix's
+    keys and values (ModelConfig.prompt_grad)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    field = _cache_field()
+    ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+    if args or ids is None or mask is None or ids.dim() != 2 or mask.shape != ids.shape or ids.size(1) <= cut:
+        return None
+    if any(kwargs.get(k) is not None for k in ("position_ids", "inputs_embeds", field, "past_key_values")):
+        return None
+    if not bool(mask[:, :cut].any(dim=1).all()):
+        return None
+    with torch.no_grad():
+        # forward, not __call__: the trainer's hooks on the backbone are for the whole call only.
+        prefix = backbone.forward(input_ids=ids[:, :cut], attention_mask=mask[:, :cut], use_cache=True)
+    cache = getattr(prefix, field, None)
+    layers = getattr(cache, "layers", None)
+    if not isinstance(cache, DynamicCache) or not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    return {**kwargs, "input_ids": ids[:, cut:], field: cache}

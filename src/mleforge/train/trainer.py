@@ -66,10 +66,11 @@ def step_seed(seed: int, step: int, rank: int) -> int:
 
 
 class CurriculumGRPOTrainer(GRPOTrainer):
-    def __init__(self, *args: Any, feed: CurriculumFeed, run_seed: int, **kwargs: Any):
+    def __init__(self, *args: Any, feed: CurriculumFeed, run_seed: int, prompt_grad: bool = True, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.feed = feed
         self.run_seed = run_seed
+        self.prompt_grad = prompt_grad
         self.timings: dict[int, dict[str, float]] = defaultdict(dict)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -106,13 +107,14 @@ class CurriculumGRPOTrainer(GRPOTrainer):
                                            batch_size: int | None = None, compute_entropy: bool = False,
                                            **kwargs: Any) -> Any:
         extra = {k: v for k, v in kwargs.items() if v is not None and v is not False}
-        if extra or compact_head_native(input_ids.device):
+        if extra or (compact_head_native(input_ids.device) and self.prompt_grad):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
                 compute_entropy=compute_entropy, **kwargs)
         return completion_logps(model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
                                 compute_entropy=compute_entropy, temperature=self.temperature,
-                                entropy_requires_grad=getattr(self, "_entropy_bonus_enabled", True))
+                                entropy_requires_grad=getattr(self, "_entropy_bonus_enabled", True),
+                                prompt_grad=self.prompt_grad)
 
 
 def regroup_by_prompt(batches: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -158,13 +160,15 @@ def regroup_by_prompt(batches: list[dict[str, Any]]) -> list[dict[str, Any]] | N
 
 def completion_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, *, batch_size: int | None,
                      compute_entropy: bool, temperature: float, entropy_requires_grad: bool,
-                     share_prompts: bool = True) -> tuple[Any, Any, None]:
+                     share_prompts: bool = True, prompt_grad: bool = True) -> tuple[Any, Any, None]:
     """The log-probability (and entropy) of each of the last `logits_to_keep` tokens, as TRL's fused
     head gives them (0 at padding), with the vocabulary projection on those positions only.
 
     share_prompts: rows of one call whose prompts (every position before the last `logits_to_keep`,
     tokens and mask) are identical, as a GRPO group's are, run their prompt through the model once
-    (see `_shared_prompt_logits`)."""
+    (see `_shared_prompt_logits`). prompt_grad False: the prompts but their last token run without
+    a graph (`_detached_prompt_logits`): the same values, a gradient that leaves out the path
+    through the prompt's keys and values (ModelConfig.prompt_grad)."""
     rows = input_ids.size(0)
     vocab = model.get_output_embeddings().weight.size(0)
     chunk = max(1, min(batch_size or rows, MAX_LOGITS // max(1, (logits_to_keep + 1) * vocab)))
@@ -180,7 +184,11 @@ def completion_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_
     logps, entropies = [], []
     for start, end in zip(bounds, bounds[1:]):
         ids, mask = input_ids[start:end], attention_mask[start:end]
-        logits = _shared_prompt_logits(model, ids, mask, logits_to_keep) if share_prompts else None
+        logits = None
+        if not prompt_grad:
+            logits = _detached_prompt_logits(model, ids, mask, logits_to_keep, share_prompts)
+        elif share_prompts:
+            logits = _shared_prompt_logits(model, ids, mask, logits_to_keep)
         if logits is None:
             # The last logits_to_keep + 1 positions: position t predicts token t + 1, the last predicts nothing.
             logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=logits_to_keep + 1,
@@ -266,6 +274,45 @@ def _shared_prompt_logits(model: Any, ids: Any, mask: Any, logits_to_keep: int) 
                        use_cache=True, **{field: cache}).logits
     # The prompt's last position predicts the first completion token; the completion's last, nothing.
     return torch.cat([prompt.logits[inverse], completion[:, :-1]], dim=1)
+
+
+def _detached_prompt_logits(model: Any, ids: Any, mask: Any, logits_to_keep: int, share_prompts: bool) -> Any:
+    """The logits `model(ids, logits_to_keep=logits_to_keep + 1).logits[:, :-1]` would give, with
+    every prompt position but the last run under `torch.no_grad()` (each distinct prompt once where
+    `share_prompts`); None where that cannot be done here (a prompt of one token, a prefix of
+    padding only, activation checkpointing, a cache whose layers may drop positions).
+
+    The values are the full forward's; the gradient is the full one less the terms through the
+    prompt's keys and values: what the completions' own positions (and the prompt's last, whose
+    logits predict the first completion token) contribute, which is where a LoRA update on a
+    CPU spends its time otherwise (the backward of a ~1,250-token prompt for <=192 completion
+    tokens). See ModelConfig.prompt_grad for what it costs in quality.
+    """
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    head = ids.size(1) - logits_to_keep - 1  # prompt positions run without a graph
+    if head < 1 or _checkpointing(model):
+        return None
+    found = shared_prompts(ids, mask, logits_to_keep) if share_prompts else None
+    if found is None:  # each row its own prompt
+        rows = torch.arange(ids.size(0), device=ids.device)
+        found = (rows, rows)
+    first, inverse = found
+    if not bool(mask[first, :head].any(dim=1).all()):
+        return None  # a prefix of padding only attends to nothing
+    field = _cache_field()
+    with torch.no_grad():
+        prefix = model(input_ids=ids[first, :head], attention_mask=mask[first, :head], logits_to_keep=1,
+                       use_cache=True)
+    cache = getattr(prefix, field, None)
+    layers = getattr(cache, "layers", None)
+    if not isinstance(cache, DynamicCache) or not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    if first.size(0) != ids.size(0) or bool((inverse != torch.arange(ids.size(0), device=ids.device)).any()):
+        cache.batch_select_indices(inverse)
+    logits = model(input_ids=ids[:, head:], attention_mask=mask, logits_to_keep=logits_to_keep + 1, use_cache=True,
+                   **{field: cache}).logits
+    return logits[:, :-1]
 
 
 def _cache_field() -> str:

@@ -1,0 +1,76 @@
+"""ModelConfig.prompt_grad: the presets, the refusal under activation checkpointing, the flags,
+old run directories that read as what they ran, and a real GRPO step with the exact gradient
+(the default path, prompt_grad off, runs in every other train test). The gradients themselves are
+checked in test_trainer_logps.py (GRPO) and test_sft_trainer.py (SFT)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+import yaml
+
+pytest.importorskip("trl")
+
+from mleforge.cli.options import on_off  # noqa: E402
+from mleforge.errors import ConfigError  # noqa: E402
+from mleforge.train.config import ModelConfig, SFTConfig, TrainConfig  # noqa: E402
+from mleforge.train.errors import TrainError  # noqa: E402
+from mleforge.train.grpo import load_run_config  # noqa: E402
+from mleforge.train.sft import _check_same_run  # noqa: E402
+from tests.train.test_cli import cli  # noqa: E402
+
+
+def test_presets_and_the_checkpointing_refusal():
+    assert TrainConfig().model.prompt_grad is False and ModelConfig().prompt_grad is False
+    assert TrainConfig.preset_config("cpu").model.prompt_grad is False
+    assert TrainConfig.preset_config("gpu-1x").model.prompt_grad is True
+    assert TrainConfig.preset_config("cpu", model={"prompt_grad": True}).model.prompt_grad is True
+    with pytest.raises(ConfigError, match="activation checkpointing turns off"):
+        ModelConfig(gradient_checkpointing=True)
+    with pytest.raises(ConfigError, match="activation checkpointing turns off"):
+        TrainConfig.preset_config("gpu-1x", model={"prompt_grad": False})
+    with pytest.raises(ConfigError, match=r"model.prompt_grad: got 'no'; expected true or false"):
+        ModelConfig(prompt_grad="no")
+    assert on_off("on") is True and on_off(" OFF ") is False
+    with pytest.raises(argparse.ArgumentTypeError, match="give on or off"):
+        on_off("yes")
+
+
+def test_the_flags_set_it():
+    from mleforge.cli.main import build_parser
+    from mleforge.cli.train import overrides
+
+    parser = build_parser()
+    assert overrides(parser.parse_args(["train", "--prompt-grad", "on"]))["model"] == {"prompt_grad": True}
+    assert "model" not in overrides(parser.parse_args(["train"]))
+    assert parser.parse_args(["sft", "--samples", "s", "--prompt-grad", "off"]).prompt_grad is False
+    assert parser.parse_args(["sft", "--samples", "s"]).prompt_grad is None
+
+
+def test_a_run_from_before_the_setting_resumes_as_it_ran(tmp_path):
+    saved = TrainConfig().to_dict()
+    del saved["model"]["prompt_grad"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert load_run_config(tmp_path).model.prompt_grad is True
+    # an SFT run directory of the same age: the same run with the prompt's gradient, another without
+    sft = tmp_path / "sft"
+    sft.mkdir()
+    old = SFTConfig(samples="s.jsonl", out=str(sft)).to_dict()
+    del old["model"]["prompt_grad"]
+    (sft / "config.yaml").write_text(yaml.safe_dump(old))
+    _check_same_run(sft, SFTConfig(samples="s.jsonl", out=str(sft), model=ModelConfig(prompt_grad=True)))
+    with pytest.raises(TrainError, match="different model"):
+        _check_same_run(sft, SFTConfig(samples="s.jsonl", out=str(sft)))
+
+
+def test_a_step_with_the_exact_gradient_runs_and_records_it(tiny, titanic, journals, data_root, tmp_path):
+    run = tmp_path / "run"
+    code, out = cli("train", "--model", f"hf:{tiny}", "--tasks", "titanic", "--eval-tasks", "", "--steps", "1",
+                    "--group-size", "2", "--max-new-tokens", "8", "--sft", "none", "--journals", str(journals),
+                    "--executor", "local", "--prompt-grad", "on", "--run-dir", str(run), "--data-dir",
+                    str(data_root), "--json")
+    assert code == 0 and json.loads(out)["steps"] == 1
+    assert yaml.safe_load((run / "config.yaml").read_text())["model"]["prompt_grad"] is True
+    assert (run / "final" / "adapter_config.json").is_file()
