@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from mleforge.cli.engine_options import add_engine_arguments
-from mleforge.cli.options import PROMPT_GRAD_HELP, add_isolation_option, common, lora_layers_arg, on_off
+from mleforge.cli.options import (
+    PROMPT_GRAD_HELP,
+    add_isolation_option,
+    common,
+    lora_layers_arg,
+    on_off,
+)
 from mleforge.cli.output import err_console, print_json, print_table
 from mleforge.policies.engines.ct2_convert import QUANTIZATIONS
 
