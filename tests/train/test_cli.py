@@ -35,6 +35,16 @@ def cli(*argv: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
+def one_step(tiny, journals, data_root, run, *flags: str) -> dict:
+    """`mleforge train` for one step of one group of 2 on titanic, from the test's journals, with
+    `flags` on top; its JSON result."""
+    code, out = cli("train", "--model", f"hf:{tiny}", "--tasks", "titanic", "--eval-tasks", "", "--steps", "1",
+                    "--group-size", "2", "--max-new-tokens", "8", "--sft", "none", "--journals", str(journals),
+                    "--executor", "local", *flags, "--run-dir", str(run), "--data-dir", str(data_root), "--json")
+    assert code == 0
+    return json.loads(out)
+
+
 def test_two_steps_of_mleforge_train_write_every_promised_file(tiny, titanic, journals, data_root, tmp_path):
     run = tmp_path / "run"
     argv = ("train", "--model", f"hf:{tiny}", "--tasks", "titanic", "--eval-tasks", "", "--steps", "2",

@@ -19,7 +19,7 @@ from mleforge.errors import ConfigError  # noqa: E402
 from mleforge.policies import SamplingConfig, make_policy  # noqa: E402
 from mleforge.train.config import ModelConfig, TrainConfig  # noqa: E402
 from mleforge.train.model import decoder_linear_names, load_for_training, lora_config  # noqa: E402
-from tests.train.test_cli import cli  # noqa: E402
+from tests.train.test_cli import one_step  # noqa: E402
 
 LINEARS = ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]
 
@@ -85,11 +85,7 @@ def test_presets_config_and_flags():
 def test_train_with_the_adapter_on_the_top_layer_runs_and_its_result_loads(tiny, titanic, journals, data_root,
                                                                           tmp_path):
     run = tmp_path / "run"
-    code, out = cli("train", "--model", f"hf:{tiny}", "--tasks", "titanic", "--eval-tasks", "", "--steps", "1",
-                    "--group-size", "2", "--max-new-tokens", "8", "--sft", "none", "--journals", str(journals),
-                    "--executor", "local", "--lora-layers", "1", "--run-dir", str(run), "--data-dir",
-                    str(data_root), "--json")
-    assert code == 0 and json.loads(out)["steps"] == 1
+    assert one_step(tiny, journals, data_root, run, "--lora-layers", "1")["steps"] == 1
     adapter = json.loads((run / "final" / "adapter_config.json").read_text())
     assert adapter["layers_to_transform"] == [1] and sorted(adapter["target_modules"]) == LINEARS
     final = make_policy(f"hf:{run / 'final'}", num_threads=1)

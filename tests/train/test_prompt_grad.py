@@ -6,7 +6,6 @@ checked in test_trainer_logps.py (GRPO) and test_sft_trainer.py (SFT)."""
 from __future__ import annotations
 
 import argparse
-import json
 
 import pytest
 import yaml
@@ -19,7 +18,7 @@ from mleforge.train.config import ModelConfig, SFTConfig, TrainConfig  # noqa: E
 from mleforge.train.errors import TrainError  # noqa: E402
 from mleforge.train.grpo import load_run_config  # noqa: E402
 from mleforge.train.sft import _check_same_run  # noqa: E402
-from tests.train.test_cli import cli  # noqa: E402
+from tests.train.test_cli import one_step  # noqa: E402
 
 
 def test_presets_and_the_checkpointing_refusal():
@@ -67,10 +66,6 @@ def test_a_run_from_before_the_setting_resumes_as_it_ran(tmp_path):
 
 def test_a_step_with_the_exact_gradient_runs_and_records_it(tiny, titanic, journals, data_root, tmp_path):
     run = tmp_path / "run"
-    code, out = cli("train", "--model", f"hf:{tiny}", "--tasks", "titanic", "--eval-tasks", "", "--steps", "1",
-                    "--group-size", "2", "--max-new-tokens", "8", "--sft", "none", "--journals", str(journals),
-                    "--executor", "local", "--prompt-grad", "on", "--run-dir", str(run), "--data-dir",
-                    str(data_root), "--json")
-    assert code == 0 and json.loads(out)["steps"] == 1
+    assert one_step(tiny, journals, data_root, run, "--prompt-grad", "on")["steps"] == 1
     assert yaml.safe_load((run / "config.yaml").read_text())["model"]["prompt_grad"] is True
     assert (run / "final" / "adapter_config.json").is_file()

@@ -11,11 +11,10 @@ step holds one state x 4 rollouts at temperature 0.8, completions are capped at 
 states of expert journals (their answers are such edits; no empty drafts), 4 steps at lr
 5e-5, and an --sft auto warm start of 22 single-sample steps at lr 2e-4 (8 at 1e-4 left 7 of
 8 step-wise completions malformed, 12 at 4e-4 left 2 of 8 malformed and 5 of 8 valid; 22 at
-2e-4 gave 7-8 of 8 valid). Measured on 2 cores
-(README, "The cpu preset"): SFT 15:19 (11:27 of it training), a GRPO step about 2 min
-(generation 48-56 s, sync 10-12 s, update 44-48 s, against 122-170 s one sequence a
-micro-batch), the whole job 40 min alone; after it 6 of 8 step-wise states valid (7 of 8
-after the warm start).
+2e-4 gave 7-8 of 8 valid). The updates run the prompt without a graph (ModelConfig.prompt_grad).
+Measured on 2 cores (README, "The prompt without a graph"): the warm start 10:16, a GRPO step
+2-3 min (generation 46-84 s, sync 16-19 s, execution 12-74 s, update 25-34 s), the whole job
+38 min alone; 7 of 8 step-wise states valid after the warm start, 4 of 8 after GRPO.
 `gpu-1x` (`PRESETS`) overrides them for one GPU. Values are checked here, without touching the file
 system; what depends on the machine (extras, the model, the tasks) is checked by
 `mleforge.train.grpo.preflight` before anything heavy starts.

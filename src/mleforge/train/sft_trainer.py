@@ -17,6 +17,10 @@ custom loss function, MoE auxiliary losses, sequence or context parallelism, mul
 models, asking for the outputs), it is TRL's path unchanged. tests/train/test_sft_trainer.py
 checks that losses, gradients and metrics are equal either way.
 
+With ModelConfig.prompt_grad off (the cpu preset's), the columns before the first counted label
+also run without a graph (`prefix_without_graph`, a pre-hook on the backbone): the same loss, and
+the gradient less its path through those columns' keys and values.
+
 Imports TRL: use it only where the `train` extra is installed.
 """
 

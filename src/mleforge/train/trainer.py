@@ -27,6 +27,9 @@ whose completions attend to it (`completion_logps`' share_prompts). The cpu pres
 micro-batch is one group, and `_prepare_inputs` re-splits TRL's shuffled step so that each
 micro-batch holds one prompt's rows. A group update of 1,250 prompt + 4 x 192 completion
 tokens took 56.6 s against 137.1 s one sequence at a time (benchmarks/lm_head.py --group 4).
+With ModelConfig.prompt_grad off (the cpu preset's) the prompt but its last token runs without a
+graph (`_detached_prompt_logits`), so the backward pass covers the completions only; on a GPU
+that setting takes this path too.
 
 Imports TRL: use it only where the `train` extra is installed.
 """
