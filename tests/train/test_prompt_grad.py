@@ -1,7 +1,7 @@
 """ModelConfig.prompt_grad: the presets, the refusal under activation checkpointing, the flags,
-old run directories that read as what they ran, and a real GRPO step with the exact gradient
-(the default path, prompt_grad off, runs in every other train test). The gradients themselves are
-checked in test_trainer_logps.py (GRPO) and test_sft_trainer.py (SFT)."""
+old run directories that read as what they ran, and the setting reaching the GRPO update of a
+real step and the SFT trainer. The gradients themselves are checked in test_trainer_logps.py
+(GRPO) and test_sft_trainer.py (SFT)."""
 
 from __future__ import annotations
 
@@ -60,12 +60,39 @@ def test_a_run_from_before_the_setting_resumes_as_it_ran(tmp_path):
     del old["model"]["prompt_grad"]
     (sft / "config.yaml").write_text(yaml.safe_dump(old))
     _check_same_run(sft, SFTConfig(samples="s.jsonl", out=str(sft), model=ModelConfig(prompt_grad=True)))
-    with pytest.raises(TrainError, match="different model"):
+    with pytest.raises(TrainError, match=r"different model\.prompt_grad\)"):
         _check_same_run(sft, SFTConfig(samples="s.jsonl", out=str(sft)))
 
 
-def test_a_step_with_the_exact_gradient_runs_and_records_it(tiny, titanic, journals, data_root, tmp_path):
+@pytest.mark.parametrize("flag", ["on", None])
+def test_a_step_takes_the_setting_to_the_trainer(flag, tiny, titanic, journals, data_root, tmp_path, monkeypatch):
+    import mleforge.train.trainer as trainer
+
+    seen = []
+    original = trainer.completion_logps
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["prompt_grad"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "completion_logps", spy)
     run = tmp_path / "run"
-    assert one_step(tiny, journals, data_root, run, "--prompt-grad", "on")["steps"] == 1
-    assert yaml.safe_load((run / "config.yaml").read_text())["model"]["prompt_grad"] is True
+    assert one_step(tiny, journals, data_root, run, *(["--prompt-grad", flag] if flag else []))["steps"] == 1
+    want = flag == "on"  # the cpu preset's default: off
+    assert seen and set(seen) == {want}
+    assert yaml.safe_load((run / "config.yaml").read_text())["model"]["prompt_grad"] is want
     assert (run / "final" / "adapter_config.json").is_file()
+
+
+@pytest.mark.parametrize("prompt_grad", [True, False])
+def test_sft_takes_the_setting_to_its_trainer(prompt_grad, tiny, tmp_path):
+    from datasets import Dataset
+
+    from mleforge.train.model import load_for_training
+    from mleforge.train.sft import sft_trainer
+
+    config = SFTConfig(samples="-", out=str(tmp_path), model=ModelConfig(spec=f"hf:{tiny}", prompt_grad=prompt_grad))
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": "q"}],
+                               "completion": [{"role": "assistant", "content": "a"}]}])
+    trainer = sft_trainer(config, load_for_training(config.model), data, tmp_path / "checkpoints")
+    assert trainer.prompt_grad is prompt_grad

@@ -54,6 +54,14 @@ def fused(model, ids, mask, keep):
     return out.log_probs[:, -keep:], out.entropy[:, -keep:]
 
 
+def assert_grads_close(got, want):
+    """Each gradient within 1e-5 of its tensor's largest entry (sums in another order)."""
+    assert set(got) == set(want) and len(got) > 4
+    for name in want:
+        scale = float(want[name].abs().max())
+        torch.testing.assert_close(got[name], want[name], rtol=1e-3, atol=1e-5 * scale)
+
+
 def lora_grads(model):
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad and p.grad is not None}
 
@@ -109,15 +117,20 @@ def group_batch():
 
 
 class PositionCounter:
-    """Counts the positions the model's decoder layers run (a forward hook on the first)."""
+    """Counts the positions the model's decoder layers run (a forward hook on the first), in all and
+    as `counts` with a graph and without."""
 
     def __init__(self, model):
-        self.positions = 0
+        self.counts = {"graph": 0, "no_graph": 0}
         self.handle = model.base_model.model.model.layers[0].register_forward_hook(self)
+
+    @property
+    def positions(self):
+        return self.counts["graph"] + self.counts["no_graph"]
 
     def __call__(self, module, args, output):
         hidden = args[0] if args else output[0]
-        self.positions += hidden.shape[0] * hidden.shape[1]
+        self.counts["graph" if torch.is_grad_enabled() else "no_graph"] += hidden.shape[0] * hidden.shape[1]
 
 
 def test_rows_sharing_a_prompt_are_found_by_tokens_and_mask():
@@ -251,6 +264,12 @@ def test_the_lm_head_benchmark_times_both_paths_on_a_tiny_model(tmp_path):
     data = json.loads(out.read_text())
     assert set(data["seconds"]) == {"completion_only", "shared_prompt"} and data["baseline"] == "completion_only"
     assert data["max_abs_logp_diff"] < 1e-4 and data["speedup"] > 0
+    # the group's prompt with a graph against without one: the same values
+    assert bench.main(["--tiny", "--group", "3", "--prompt-grad-off", "--prompt-tokens", "40", "--completion-tokens",
+                       "6", "--repeats", "1", "--lora-rank", "4", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert set(data["seconds"]) == {"shared_prompt", "prompt_no_grad"} and data["baseline"] == "shared_prompt"
+    assert data["max_abs_logp_diff"] < 1e-4 and data["speedup"] > 0
 
 
 def test_a_steps_micro_batches_are_re_split_one_prompt_each():
@@ -321,7 +340,7 @@ def detached_paths(model, ids, mask, keep, share_prompts=True):
     want.sum().backward()
     want_grads = lora_grads(model)
     model.zero_grad()
-    counter = GraphCounter(model)
+    counter = PositionCounter(model)
     try:
         got, _, _ = completion_logps(model, ids, mask, keep, batch_size=ids.size(0), compute_entropy=False,
                                      temperature=TEMPERATURE, entropy_requires_grad=False,
@@ -330,18 +349,6 @@ def detached_paths(model, ids, mask, keep, share_prompts=True):
         counter.handle.remove()
     got.sum().backward()
     return (full, full_grads), (want, want_grads), (got, lora_grads(model)), counter.counts
-
-
-class GraphCounter:
-    """Positions the first decoder layer ran with a graph and without."""
-
-    def __init__(self, model):
-        self.counts = {"graph": 0, "no_graph": 0}
-        self.handle = model.base_model.model.model.layers[0].register_forward_hook(self)
-
-    def __call__(self, module, args, output):
-        hidden = args[0] if args else output[0]
-        self.counts["graph" if torch.is_grad_enabled() else "no_graph"] += hidden.shape[0] * hidden.shape[1]
 
 
 @pytest.mark.parametrize("layout", ["groups", "distinct"])
@@ -354,9 +361,7 @@ def test_prompt_grad_off_keeps_the_values_and_drops_only_the_prompts_key_value_p
         assert counts == {"no_graph": 3 * 6, "graph": 3 * 6}
     torch.testing.assert_close(got, full, rtol=1e-4, atol=1e-5)
     assert set(got_grads) == set(want_grads) and len(got_grads) > 4
-    for name in want_grads:
-        scale = float(want_grads[name].abs().max())
-        torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-3, atol=1e-5 * scale)
+    assert_grads_close(got_grads, want_grads)
     # and it is another gradient than the full one: the key and value adapters lose the prompt's part
     differs = [n for n in full_grads if not torch.allclose(full_grads[n], want_grads[n], rtol=1e-3, atol=1e-6)]
     assert any("k_proj" in n for n in differs) and any("v_proj" in n for n in differs)
@@ -367,15 +372,13 @@ def test_prompt_grad_off_runs_each_row_alone_without_sharing(model):
     _, (want, want_grads), (got, got_grads), counts = detached_paths(model, ids, mask, keep, share_prompts=False)
     assert counts == {"no_graph": 5 * 6, "graph": 5 * 6}
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
-    for name in want_grads:
-        scale = float(want_grads[name].abs().max())
-        torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-3, atol=1e-5 * scale)
+    assert_grads_close(got_grads, want_grads)
 
 
 def test_prompt_grad_off_falls_back_to_the_full_forward_where_it_cannot_cut(model):
     ids, mask, keep = batch()
     # a one-token prompt leaves nothing to run without a graph
-    counter = GraphCounter(model)
+    counter = PositionCounter(model)
     try:
         completion_logps(model, ids[:, 6:], mask[:, 6:], keep, batch_size=3, compute_entropy=False,
                          temperature=TEMPERATURE, entropy_requires_grad=False, prompt_grad=False)

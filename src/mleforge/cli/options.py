@@ -111,8 +111,8 @@ def lora_layers_arg(text: str) -> int | str:
 
 PROMPT_GRAD_HELP = ("on: the exact gradient; off: the prompt but its last token runs without a graph, so the "
                     "backward pass covers the completion only (the same loss; the gradient through the prompt's "
-                    "keys and values left out). Default: off, except under "
-                    "activation checkpointing (gpu-1x)")
+                    "keys and values left out; a CPU's path: where Triton runs, TRL's exact one). Default: off; "
+                    "gpu-1x: on (activation checkpointing needs it on)")
 
 
 def on_off(text: str) -> bool:

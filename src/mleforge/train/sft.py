@@ -220,7 +220,9 @@ def _check_same_run(run_dir: Path, config: SFTConfig) -> None:
             # prompt_grad: on, as it ran)
             saved["model"] = {**ModelConfig().to_dict(), **ModelConfig.LEGACY, **saved["model"]}
         if saved != data:
-            changed = sorted(k for k in data if saved.get(k) != data[k])
+            changed = sorted(k for k in data if k != "model" and saved.get(k) != data[k])
+            saved_model = saved.get("model") if isinstance(saved.get("model"), dict) else {}
+            changed += sorted(f"model.{k}" for k in data["model"] if saved_model.get(k) != data["model"][k])
             raise TrainError(f"{run_dir} holds another SFT run (different {', '.join(changed)}); "
                              "pass another --out, or the same settings to resume it")
         return

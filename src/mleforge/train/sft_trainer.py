@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from trl import SFTTrainer
 
-from mleforge.train.trainer import _cache_field, _checkpointing, compact_head_native
+from mleforge.train.trainer import cache_field, checkpointing_on, compact_head_native, full_cache
 
 
 class CompletionSFTTrainer(SFTTrainer):
@@ -69,7 +69,7 @@ class CompletionSFTTrainer(SFTTrainer):
             return args, changed
 
         handles = [backbone.register_forward_hook(keep_counted)]
-        if not self.prompt_grad and first >= 1 and not _checkpointing(model):
+        if not self.prompt_grad and first >= 1 and not checkpointing_on(model):
             handles.append(backbone.register_forward_pre_hook(detach_prefix, with_kwargs=True))
         try:
             return super().compute_loss(model, trimmed, return_outputs=False, num_items_in_batch=num_items_in_batch)
@@ -98,28 +98,31 @@ class CompletionSFTTrainer(SFTTrainer):
         return None if backbone is None or backbone is model else backbone
 
 
+# The backbone's keyword arguments a plain text call of TRL's fused head gives it.
+PLAIN_CALL = frozenset({"input_ids", "attention_mask", "use_cache", "return_dict"})
+
+
 def prefix_without_graph(backbone: Any, args: Any, kwargs: dict[str, Any], cut: int) -> dict[str, Any] | None:
     """The backbone's keyword arguments with columns 0..cut-1 already run under `torch.no_grad()`:
     the input ids from `cut` on and the prefix's key/value cache; None where the call is not one
-    this applies to (positional arguments, position ids or embeddings given, a cache already, a
-    row whose prefix is padding only, a cache whose layers may drop positions). The hidden states
-    from `cut` on are the full forward's; the gradient leaves out the path through the prefix's
-    keys and values (ModelConfig.prompt_grad)."""
-    from transformers.cache_utils import DynamicCache, DynamicLayer
-
-    field = _cache_field()
+    this applies to (positional arguments; anything but ids, mask and use_cache given, such as
+    position ids, embeddings or a cache; a row whose prefix is padding only; a cache whose layers
+    may drop positions). The hidden states from `cut` on are the full forward's; the gradient
+    leaves out the path through the prefix's keys and values (ModelConfig.prompt_grad)."""
+    field = cache_field()
     ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
     if args or ids is None or mask is None or ids.dim() != 2 or mask.shape != ids.shape or ids.size(1) <= cut:
         return None
-    if any(kwargs.get(k) is not None for k in ("position_ids", "inputs_embeds", field, "past_key_values")):
+    # Only a plain text call: anything else given (position ids, embeddings, a cache, token types)
+    # would have to be cut in two as well.
+    if any(value is not None and value is not False for key, value in kwargs.items() if key not in PLAIN_CALL):
         return None
     if not bool(mask[:, :cut].any(dim=1).all()):
         return None
     with torch.no_grad():
         # forward, not __call__: the trainer's hooks on the backbone are for the whole call only.
         prefix = backbone.forward(input_ids=ids[:, :cut], attention_mask=mask[:, :cut], use_cache=True)
-    cache = getattr(prefix, field, None)
-    layers = getattr(cache, "layers", None)
-    if not isinstance(cache, DynamicCache) or not layers or any(type(layer) is not DynamicLayer for layer in layers):
+    cache = full_cache(prefix)
+    if cache is None:
         return None
     return {**kwargs, "input_ids": ids[:, cut:], field: cache}

@@ -28,8 +28,8 @@ micro-batch is one group, and `_prepare_inputs` re-splits TRL's shuffled step so
 micro-batch holds one prompt's rows. A group update of 1,250 prompt + 4 x 192 completion
 tokens took 56.6 s against 137.1 s one sequence at a time (benchmarks/lm_head.py --group 4).
 With ModelConfig.prompt_grad off (the cpu preset's) the prompt but its last token runs without a
-graph (`_detached_prompt_logits`), so the backward pass covers the completions only; on a GPU
-that setting takes this path too.
+graph (`_detached_prompt_logits`), so the backward pass covers the completions only. Where Triton
+runs (a GPU), TRL's own path runs as it is, with the exact gradient, whatever prompt_grad says.
 
 Imports TRL: use it only where the `train` extra is installed.
 """
@@ -110,7 +110,7 @@ class CurriculumGRPOTrainer(GRPOTrainer):
                                            batch_size: int | None = None, compute_entropy: bool = False,
                                            **kwargs: Any) -> Any:
         extra = {k: v for k, v in kwargs.items() if v is not None and v is not False}
-        if extra or (compact_head_native(input_ids.device) and self.prompt_grad):
+        if extra or compact_head_native(input_ids.device):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
                 compute_entropy=compute_entropy, **kwargs)
@@ -258,23 +258,19 @@ def _shared_prompt_logits(model: Any, ids: Any, mask: Any, logits_to_keep: int) 
     forward (transformers numbers positions by cache position, padding included, in both), so the
     values and gradients equal it to float precision (tests/train/test_trainer_logps.py).
     """
-    from transformers.cache_utils import DynamicCache, DynamicLayer
-
     found = shared_prompts(ids, mask, logits_to_keep)
-    if found is None or _checkpointing(model):
+    if found is None or checkpointing_on(model):
         return None
     first, inverse = found
     prompt_len = ids.size(1) - logits_to_keep
-    field = _cache_field()
     prompt = model(input_ids=ids[first, :prompt_len], attention_mask=mask[first, :prompt_len], logits_to_keep=1,
                    use_cache=True)
-    cache = getattr(prompt, field, None)
-    layers = getattr(cache, "layers", None)
-    if not isinstance(cache, DynamicCache) or not layers or any(type(layer) is not DynamicLayer for layer in layers):
-        return None  # sliding-window or other caches: their layers may drop positions
+    cache = full_cache(prompt)
+    if cache is None:
+        return None
     cache.batch_select_indices(inverse)
     completion = model(input_ids=ids[:, prompt_len:], attention_mask=mask, logits_to_keep=logits_to_keep,
-                       use_cache=True, **{field: cache}).logits
+                       use_cache=True, **{cache_field(): cache}).logits
     # The prompt's last position predicts the first completion token; the completion's last, nothing.
     return torch.cat([prompt.logits[inverse], completion[:, :-1]], dim=1)
 
@@ -291,34 +287,40 @@ def _detached_prompt_logits(model: Any, ids: Any, mask: Any, logits_to_keep: int
     CPU spends its time otherwise (the backward of a ~1,250-token prompt for <=192 completion
     tokens). See ModelConfig.prompt_grad for what it costs in quality.
     """
-    from transformers.cache_utils import DynamicCache, DynamicLayer
-
     head = ids.size(1) - logits_to_keep - 1  # prompt positions run without a graph
-    if head < 1 or _checkpointing(model):
+    if head < 1 or checkpointing_on(model):
         return None
     found = shared_prompts(ids, mask, logits_to_keep) if share_prompts else None
-    if found is None:  # each row its own prompt
-        rows = torch.arange(ids.size(0), device=ids.device)
-        found = (rows, rows)
-    first, inverse = found
+    first = found[0] if found is not None else torch.arange(ids.size(0), device=ids.device)  # else each row alone
     if not bool(mask[first, :head].any(dim=1).all()):
         return None  # a prefix of padding only attends to nothing
-    field = _cache_field()
     with torch.no_grad():
         prefix = model(input_ids=ids[first, :head], attention_mask=mask[first, :head], logits_to_keep=1,
                        use_cache=True)
-    cache = getattr(prefix, field, None)
-    layers = getattr(cache, "layers", None)
-    if not isinstance(cache, DynamicCache) or not layers or any(type(layer) is not DynamicLayer for layer in layers):
+    cache = full_cache(prefix)
+    if cache is None:
         return None
-    if first.size(0) != ids.size(0) or bool((inverse != torch.arange(ids.size(0), device=ids.device)).any()):
-        cache.batch_select_indices(inverse)
+    if found is not None:
+        cache.batch_select_indices(found[1])
     logits = model(input_ids=ids[:, head:], attention_mask=mask, logits_to_keep=logits_to_keep + 1, use_cache=True,
-                   **{field: cache}).logits
+                   **{cache_field(): cache}).logits
     return logits[:, :-1]
 
 
-def _cache_field() -> str:
+def full_cache(output: Any) -> Any:
+    """The key/value cache a forward with `use_cache=True` returned, where every layer keeps every
+    position (a DynamicCache of DynamicLayers); None for sliding-window or other caches, whose
+    layers may drop positions."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    cache = getattr(output, cache_field(), None)
+    layers = getattr(cache, "layers", None)
+    if not isinstance(cache, DynamicCache) or not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    return cache
+
+
+def cache_field() -> str:
     """The name transformers gives the key/value cache, as a forward's argument and output: `cache`
     from 5.x, `past_key_values` before (5.x still takes it, with a deprecation warning)."""
     from transformers.modeling_outputs import CausalLMOutputWithPast
@@ -326,7 +328,7 @@ def _cache_field() -> str:
     return "cache" if "cache" in getattr(CausalLMOutputWithPast, "__dataclass_fields__", {}) else "past_key_values"
 
 
-def _checkpointing(model: Any) -> bool:
+def checkpointing_on(model: Any) -> bool:
     """Whether gradient (activation) checkpointing is on: transformers turns the cache off under it."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft model's transformers one
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # transformers 5.x's name, then 4.x's
