@@ -360,7 +360,6 @@ def test_prompt_grad_off_keeps_the_values_and_drops_only_the_prompts_key_value_p
     else:  # three prompts of their own: 3 x 6 without, 3 x 6 with
         assert counts == {"no_graph": 3 * 6, "graph": 3 * 6}
     torch.testing.assert_close(got, full, rtol=1e-4, atol=1e-5)
-    assert set(got_grads) == set(want_grads) and len(got_grads) > 4
     assert_grads_close(got_grads, want_grads)
     # and it is another gradient than the full one: the key and value adapters lose the prompt's part
     differs = [n for n in full_grads if not torch.allclose(full_grads[n], want_grads[n], rtol=1e-3, atol=1e-6)]

@@ -13,7 +13,7 @@ states of expert journals (their answers are such edits; no empty drafts), 4 ste
 8 step-wise completions malformed, 12 at 4e-4 left 2 of 8 malformed and 5 of 8 valid; 22 at
 2e-4 gave 7-8 of 8 valid). The updates run the prompt without a graph (ModelConfig.prompt_grad).
 Measured on 2 cores (README, "The prompt without a graph"): the warm start 10:16, a GRPO step
-2-3 min (generation 46-84 s, sync 16-19 s, execution 12-74 s, update 25-34 s), the whole job
+1.7-3.2 min (generation 46-84 s, sync 16-19 s, execution 12-74 s, update 25-34 s), the whole job
 38 min alone; 7 of 8 step-wise states valid after the warm start, 4 of 8 after GRPO.
 `gpu-1x` (`PRESETS`) overrides them for one GPU. Values are checked here, without touching the file
 system; what depends on the machine (extras, the model, the tasks) is checked by
