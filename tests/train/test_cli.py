@@ -95,8 +95,9 @@ def test_two_steps_of_mleforge_train_write_every_promised_file(tiny, titanic, jo
 
 def test_sft_auto_warm_starts_and_evaluates_before_and_after(tiny, titanic, data_root, tmp_path):
     """The main job's shape with a tiny model: --sft auto collects with the template expert (compact
-    prompts), fine-tunes, seeds the buffer from the same journals, and the step-wise evaluation runs
-    on a task the run does not train on, on the same states before and after."""
+    prompts) while the step-wise evaluation before runs alongside, fine-tunes, seeds the buffer from
+    the same journals, and the step-wise evaluation runs on a task the run does not train on, on the
+    same states before, after the warm start (--eval-after-sft on) and after."""
     from mleforge.eval.stepwise import StepwiseResult
     from mleforge.train.samples import read_samples
 
@@ -104,11 +105,12 @@ def test_sft_auto_warm_starts_and_evaluates_before_and_after(tiny, titanic, data
     code, out = cli("train", "--model", f"hf:{tiny}", "--tasks", "titanic", "--eval-tasks", "penguins",
                     "--steps", "2", "--group-size", "2", "--max-new-tokens", "8", "--sft-steps", "1",
                     "--expert-steps", "3", "--stepwise-states", "2", "--sft-max-length", "16000",
-                    "--executor", "local", "--engine", "transformers", "--run-dir", str(run),
-                    "--data-dir", str(data_root), "--json")
+                    "--executor", "local", "--engine", "transformers", "--eval-after-sft", "on",
+                    "--run-dir", str(run), "--data-dir", str(data_root), "--json")
     assert code == 0 and json.loads(out)["steps"] == 2
     config = TrainConfig.from_dict(yaml.safe_load((run / "config.yaml").read_text()))
     assert (config.sft, config.prompt.profile, config.engine) == ("auto", "compact", "transformers")
+    assert config.stepwise_after_sft is True
 
     # the warm start: collect (compact prompts, the training task) then SFT from the tiny model
     collected = json.loads((run / "collect" / "collect.json").read_text())

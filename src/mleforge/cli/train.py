@@ -32,6 +32,7 @@ FLAGS = {
     "temperature": "temperature", "sft_max_length": "sft_max_length", "sft_loss_samples": "sft_loss_samples",
     "expert_steps": "expert_steps", "stepwise_expert_steps": "stepwise_expert_steps", "stepwise_states": "stepwise_states", "quantization": "quantization",
     "rollout_quantization": "rollout_quantization", "sync_every": "sync_every",
+    "eval_after_sft": "stepwise_after_sft",
 }
 
 
@@ -97,6 +98,9 @@ def register(subparsers) -> None:
                                                              "tasks (the step-wise states; default 6)")
     p.add_argument("--stepwise-states", type=int, help="states of the step-wise evaluation before and after "
                                                        "(default 8)")
+    p.add_argument("--eval-after-sft", type=on_off, metavar="on|off",
+                   help="also evaluate the warm start's model on the step-wise states, between before and "
+                        "after (default off on the cpu preset, where it adds ~4 minutes; on for gpu-1x)")
     add_engine_arguments(p)  # the step-wise evaluation's generation; GRPO rollouts: --generation
     p.set_defaults(func=cmd_train)
 

@@ -1,0 +1,116 @@
+"""The step-wise evaluation before training runs alongside the expert's collection (BeforeEvaluation),
+and the warm start's own evaluation is a setting (stepwise_after_sft): off on the cpu preset, on for
+gpu-1x, on for a run directory written before it existed. The real evaluation and collection run
+together in test_cli.py's --sft auto run; here the evaluation is a stand-in, to see the threads."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from mleforge.train import grpo
+from mleforge.train.config import TrainConfig
+from mleforge.train.grpo import BeforeEvaluation, load_run_config
+
+EVAL_TASKS = (SimpleNamespace(id="penguins"),)
+
+
+def plan(**changes):
+    return SimpleNamespace(config=TrainConfig(**changes), eval_tasks=EVAL_TASKS)
+
+
+class Recorder:
+    """A stand-in for grpo.stepwise_evaluation: records the thread and arguments of each call;
+    `gate` (if set) is waited on, as long as a real evaluation would run."""
+
+    def __init__(self, gate=None, error=None):
+        self.calls, self.gate, self.error = [], gate, error
+        self.gate_opened = None
+
+    def __call__(self, plan, folder, spec, label, registry, executor, progress=False):
+        self.calls.append({"thread": threading.current_thread().name, "spec": spec, "label": label,
+                           "progress": progress})
+        if self.gate is not None:
+            self.gate_opened = self.gate.wait(timeout=30)
+        if self.error is not None:
+            raise self.error
+        return {"available": True, "label": label, "n_states": 2,
+                "metrics": {"format_error_rate": {"mean": 0.5}, "valid_rate": {"mean": 0.5},
+                            "mean_reward": {"mean": 0.1}}, "timing": {"gen_s": 3.0}}
+
+
+def test_alongside_it_runs_in_its_own_thread_while_the_caller_goes_on(tmp_path, monkeypatch):
+    gate = threading.Event()
+    fake = Recorder(gate=gate)
+    monkeypatch.setattr(grpo, "stepwise_evaluation", fake)
+    before = BeforeEvaluation(plan(), tmp_path, None, None, False, alongside=True)
+    # the caller is not blocked: it is the one that lets the evaluation finish
+    assert before.running and fake.gate_opened is None
+    gate.set()
+    result = before.wait()
+    assert fake.gate_opened is True and not before.running
+    assert result["label"] == "before" and len(fake.calls) == 1
+    call = fake.calls[0]
+    assert (call["thread"], call["spec"], call["label"], call["progress"]) == (
+        "mleforge-before-eval", "bundled:qwen2.5-coder-0.5b", "before", False)  # no second live display
+    assert before.wait() == result  # waiting again returns the same
+
+
+@pytest.mark.parametrize("alongside, done, wanted", [(False, False, True), (True, True, True), (True, False, False)])
+def test_otherwise_it_runs_at_once_in_the_callers_thread(tmp_path, monkeypatch, alongside, done, wanted):
+    """Nothing to run beside it, an evaluation already made (a resumed run) or none wanted:
+    stepwise_evaluation is called at once, in the foreground, with the caller's progress."""
+    fake = Recorder()
+    monkeypatch.setattr(grpo, "stepwise_evaluation", fake)
+    if done:
+        (tmp_path / "stepwise").mkdir()
+        (tmp_path / "stepwise" / "before.json").write_text("{}")
+    before = BeforeEvaluation(plan(stepwise_eval=wanted), tmp_path, None, None, True, alongside=alongside)
+    assert not before.running and len(fake.calls) == 1
+    assert (fake.calls[0]["thread"], fake.calls[0]["progress"]) == (threading.current_thread().name, True)
+    assert before.wait()["label"] == "before"
+
+
+def test_its_error_reaches_the_caller_when_it_waits(tmp_path, monkeypatch):
+    monkeypatch.setattr(grpo, "stepwise_evaluation", Recorder(error=RuntimeError("the model did not load")))
+    before = BeforeEvaluation(plan(), tmp_path, None, None, False, alongside=True)
+    with pytest.raises(RuntimeError, match="the model did not load"):
+        before.wait()
+
+
+def test_it_says_what_it_found_when_it_ran_in_the_background(tmp_path, monkeypatch, capsys):
+    from mleforge.cli import output
+
+    monkeypatch.setattr(grpo, "stepwise_evaluation", Recorder())
+    monkeypatch.setattr(output.err_console, "file", __import__("sys").stderr)
+    before = BeforeEvaluation(plan(), tmp_path, None, None, True, alongside=True)
+    before.wait()
+    err = capsys.readouterr().err
+    assert "step-wise evaluation (before) of bundled:qwen2.5-coder-0.5b on penguins: running alongside" in err
+    assert ("step-wise evaluation (before): 2 states, format errors 50.0%, valid 50.0%, mean reward 0.100 "
+            "(generation 3 s)") in err
+
+
+def test_the_warm_starts_evaluation_is_off_on_the_cpu_preset_and_on_for_gpu(tmp_path):
+    from mleforge.cli.main import build_parser
+    from mleforge.cli.train import overrides
+
+    assert TrainConfig().stepwise_after_sft is False
+    assert TrainConfig.preset_config("gpu-1x").stepwise_after_sft is True
+    parser = build_parser()
+    assert overrides(parser.parse_args(["train", "--eval-after-sft", "on"])) == {"stepwise_after_sft": True}
+    assert overrides(parser.parse_args(["train", "--eval-after-sft", "off"])) == {"stepwise_after_sft": False}
+    assert "stepwise_after_sft" not in overrides(parser.parse_args(["train"]))
+    with pytest.raises(Exception, match="expected true or false"):
+        TrainConfig(stepwise_after_sft="yes")
+    # a run directory from before the setting existed evaluated its warm start: it resumes so
+    saved = TrainConfig().to_dict()
+    del saved["stepwise_after_sft"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert load_run_config(tmp_path).stepwise_after_sft is True
+    # one written now keeps what it says
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(TrainConfig().to_dict()))
+    assert load_run_config(tmp_path).stepwise_after_sft is False
