@@ -12,9 +12,11 @@ states of expert journals (their answers are such edits; no empty drafts), 4 ste
 5e-5, and an --sft auto warm start of 22 single-sample steps at lr 2e-4 (8 at 1e-4 left 7 of
 8 step-wise completions malformed, 12 at 4e-4 left 2 of 8 malformed and 5 of 8 valid; 22 at
 2e-4 gave 7-8 of 8 valid). The updates run the prompt without a graph (ModelConfig.prompt_grad).
-Measured on 2 cores (README, "The prompt without a graph"): the warm start 10:16, a GRPO step
-1.7-3.2 min (generation 46-84 s, sync 16-19 s, execution 12-74 s, update 25-34 s), the whole job
-38 min alone; 7 of 8 step-wise states valid after the warm start, 4 of 8 after GRPO.
+Measured on 2 cores (README, "The main job in 21 minutes"): the evaluation before beside the
+collection 6:00, the warm start 5:58, GRPO 6:57 (a step: generation 34-48 s, sync 12-14 s,
+execution 6-58 s, update 20-22 s), the whole job 21:09 alone (24:38 with the warm start's own
+evaluation and the two in sequence; a slower spell of the same machine took 38 min for that);
+7 of 8 step-wise states valid after the warm start, 4 of 8 after GRPO.
 `gpu-1x` (`PRESETS`) overrides them for one GPU. Values are checked here, without touching the file
 system; what depends on the machine (extras, the model, the tasks) is checked by
 `mleforge.train.grpo.preflight` before anything heavy starts.
