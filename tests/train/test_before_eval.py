@@ -114,3 +114,101 @@ def test_the_warm_starts_evaluation_is_off_on_the_cpu_preset_and_on_for_gpu(tmp_
     # one written now keeps what it says
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(TrainConfig().to_dict()))
     assert load_run_config(tmp_path).stepwise_after_sft is False
+
+
+SLEEPER = "import time\ntime.sleep(120)\n"
+
+
+def test_a_stopped_executor_cancels_its_runs_and_refuses_new_ones(titanic):
+    """StoppableExecutor on a real sandbox: a run going when stop() comes ends cancelled (and
+    raises, so nothing records it), stop returns once it has, and later runs do not start."""
+    from mleforge.sandbox import make_executor
+    from mleforge.train.grpo import EvaluationStopped, StoppableExecutor
+
+    with make_executor("local") as inner:
+        results = []
+        real_run = inner.run
+
+        def spy(*args, **kwargs):
+            results.append(real_run(*args, **kwargs))
+            return results[-1]
+
+        inner.run = spy
+        executor = StoppableExecutor(inner)
+        errors = []
+
+        def go():
+            try:
+                executor.run(SLEEPER, titanic)
+            except EvaluationStopped as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=go)
+        thread.start()
+        while not executor._going:  # the run has started
+            thread.join(0.05)
+        assert executor.stop(timeout=60) is True
+        thread.join(60)
+        assert not thread.is_alive()
+        assert [r.killed_by for r in results] == ["cancelled"]
+        assert len(errors) == 1 and "cancelled" in str(errors[0])
+        with pytest.raises(EvaluationStopped, match="not started"):
+            executor.run(SLEEPER, titanic)
+        assert len(results) == 1
+        assert executor.isolation == inner.isolation  # the rest is the inner executor's
+
+
+def test_a_failing_collection_stops_the_evaluation_before_the_executor_closes(tiny, titanic, registry, tmp_path,
+                                                                              monkeypatch):
+    """In `mleforge train`: the evaluation before runs beside the collection (its own thread, a
+    run going); the collection fails; the run going is cancelled before the executor closes, and
+    the collection's error is what the caller gets."""
+    from mleforge.train.config import ModelConfig
+    from mleforge.train.grpo import EvaluationStopped, train
+
+    events, seen = [], {}
+    running = threading.Event()
+
+    class Recording:
+        """The run's executor, recording the order of its runs' ends and its close."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def run(self, *args, **kwargs):
+            running.set()  # the evaluation's run is going (StoppableExecutor counts it from here)
+            result = self.inner.run(*args, **kwargs)
+            events.append(("run", result.killed_by))
+            return result
+
+        def close(self):
+            events.append(("close", None))
+            self.inner.close()
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    real_executor = grpo._executor
+    monkeypatch.setattr(grpo, "_executor", lambda config, folder: Recording(real_executor(config, folder)))
+
+    def evaluation(plan, folder, spec, label, registry, executor, progress=False):
+        seen["thread"] = threading.current_thread().name
+        try:
+            executor.run(SLEEPER, titanic)
+        except EvaluationStopped as exc:
+            seen["stopped"] = exc
+            raise
+
+    def collect(plan, folder, registry, executor, progress):
+        assert running.wait(60)
+        raise RuntimeError("the collection failed")
+
+    monkeypatch.setattr(grpo, "stepwise_evaluation", evaluation)
+    monkeypatch.setattr(grpo, "collect_expert", collect)
+    config = TrainConfig(model=ModelConfig(spec=f"hf:{tiny}"), tasks="titanic", eval_tasks="penguins", steps=1,
+                         group_size=2, executor="local", engine="transformers")
+    with pytest.raises(RuntimeError, match="the collection failed"):
+        train(config, tmp_path / "run", registry=registry, progress=False)
+    assert seen["thread"] == "mleforge-before-eval" and isinstance(seen["stopped"], EvaluationStopped)
+    assert events[-2:] == [("run", "cancelled"), ("close", None)]  # cancelled first, then closed
+    assert not (tmp_path / "run" / "stepwise" / "before.json").exists()

@@ -100,7 +100,7 @@ def register(subparsers) -> None:
                                                        "(default 8)")
     p.add_argument("--eval-after-sft", type=on_off, metavar="on|off",
                    help="also evaluate the warm start's model on the step-wise states, between before and "
-                        "after (default off on the cpu preset, where it adds ~4 minutes; on for gpu-1x)")
+                        "after (default off on the cpu preset, where it adds 2.5-4 minutes; on for gpu-1x)")
     add_engine_arguments(p)  # the step-wise evaluation's generation; GRPO rollouts: --generation
     p.set_defaults(func=cmd_train)
 

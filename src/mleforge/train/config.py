@@ -16,7 +16,7 @@ Measured on 2 cores (README, "The main job in 21 minutes"): the evaluation befor
 collection 6:00, the warm start 5:58, GRPO 6:57 (a step: generation 34-48 s, sync 12-14 s,
 execution 6-58 s, update 20-22 s), the whole job 21:09 alone (24:38 with the warm start's own
 evaluation and the two in sequence; a slower spell of the same machine took 38 min for that);
-7 of 8 step-wise states valid after the warm start, 4 of 8 after GRPO.
+4 of 8 step-wise states valid after GRPO, and 7 of 8 after the warm start where it was evaluated.
 `gpu-1x` (`PRESETS`) overrides them for one GPU. Values are checked here, without touching the file
 system; what depends on the machine (extras, the model, the tasks) is checked by
 `mleforge.train.grpo.preflight` before anything heavy starts.
@@ -269,7 +269,7 @@ class TrainConfig:
     ids given one by one must not overlap them. On a run that collects (--sft auto) the one
     before runs alongside the collection (mleforge.train.grpo). stepwise_after_sft: also
     evaluate the warm start's model on the same states (off on the cpu preset, where it costs
-    ~4 of the job's minutes; on for gpu-1x). A config written before it existed reads as on
+    2.5-4 of the job's minutes; on for gpu-1x). A config written before it existed reads as on
     (LEGACY). sft_episodes: template-expert episodes per
     task that --sft auto collects (their journals also seed the buffer); sft_max_length: its
     samples' token cap (SFTConfig.max_length); sft_loss_samples: the samples its loss before

@@ -434,6 +434,55 @@ def stepwise_evaluation(plan: Plan, folder: Path, spec: str, label: str, registr
     return result
 
 
+class EvaluationStopped(Exception):
+    """A run of the background evaluation was cancelled, or refused, because the job is ending."""
+
+
+class StoppableExecutor:
+    """An executor as a background job sees it: after `stop()` no run starts (each raises
+    EvaluationStopped) and the runs going are cancelled (killed_by "cancelled": never cached)
+    and raise too, so nothing of them is recorded; `stop` returns once none is going, so the
+    caller may close the executor underneath. Runs go through `run` (what run_step calls);
+    everything else is the inner executor's."""
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._going: set[threading.Event] = set()
+        self._stopped = False
+
+    def run(self, script: str, task: Any, limits: Any = None, *, keep: bool = False,
+            cancel: threading.Event | None = None) -> Any:
+        event = cancel if cancel is not None else threading.Event()
+        with self._lock:
+            if self._stopped:
+                raise EvaluationStopped("the job is ending; this run was not started")
+            self._going.add(event)
+        try:
+            result = self._inner.run(script, task, limits, keep=keep, cancel=event)
+        finally:
+            with self._lock:
+                self._going.discard(event)
+                self._idle.notify_all()
+        if self._stopped:
+            self._inner.discard(result)
+            raise EvaluationStopped("the job is ending; this run was cancelled")
+        return result
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Refuse new runs, cancel the ones going and wait (up to `timeout` s) until none is;
+        whether none is."""
+        with self._lock:
+            self._stopped = True
+            for event in self._going:
+                event.set()
+            return self._idle.wait_for(lambda: not self._going, timeout=timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 class BeforeEvaluation:
     """The step-wise evaluation before training, run alongside the expert's collection when
     `alongside` (and not done yet), else at once in the foreground; `wait()` returns its result.
@@ -442,22 +491,26 @@ class BeforeEvaluation:
     scripts run one or two threads with passive waits. Measured in the main job on 2 cores
     (README, "The main job in 21 minutes"): both done 6:00 after the start, against 2:55 + 4:01
     one after the other in the run before the change. The background evaluation shows no bar
-    (one live display at a time: the collection's); it says when it starts and what it found.
-    Its generation is seeded and sees the same states, so its result is the one it would give
-    alone (the same to the last digit in those runs). If the caller fails first, the thread is
-    left to end on its own (a daemon: it does not hold the process)."""
+    (one live display at a time: the collection's); it says when it starts, what it found, and
+    at once if it fails. Its generation is seeded and sees the same states, so its result is
+    the one it would give alone (the same to the last digit in those runs) unless one of its
+    runs hits the time limit because of the load beside it.
+    `stop()` is for a caller that fails first: the evaluation's runs are cancelled and refused
+    from then on (StoppableExecutor), so the executor can close; a generation still going ends
+    on its own in the thread (a daemon: it does not hold the process), and writes nothing."""
 
     def __init__(self, plan: Plan, folder: Path, registry: Any, executor: Any, progress: bool, *,
                  alongside: bool):
-        self._args = (plan, folder, plan.config.model.spec, "before", registry, executor)
         self._progress = progress
         self._result: dict[str, Any] | None = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._executor: StoppableExecutor | None = None
         done = (folder / STEPWISE_DIR / "before.json").is_file()
         wanted = plan.config.stepwise_eval and bool(plan.eval_tasks)
         if not (alongside and wanted and not done):
-            self._result = stepwise_evaluation(*self._args, progress)
+            self._result = stepwise_evaluation(plan, folder, plan.config.model.spec, "before", registry, executor,
+                                               progress)
             return
         if progress:
             from mleforge.cli.output import err_console
@@ -465,14 +518,21 @@ class BeforeEvaluation:
             err_console.print(f"step-wise evaluation (before) of {plan.config.model.spec} on "
                               f"{', '.join(t.id for t in plan.eval_tasks)}: running alongside the expert's "
                               "collection", highlight=False)
-        self._thread = threading.Thread(target=self._main, name="mleforge-before-eval", daemon=True)
+        self._executor = StoppableExecutor(executor)
+        args = (plan, folder, plan.config.model.spec, "before", registry, self._executor, False)
+        self._thread = threading.Thread(target=self._main, args=args, name="mleforge-before-eval", daemon=True)
         self._thread.start()
 
-    def _main(self) -> None:
+    def _main(self, *args: Any) -> None:
         try:
-            self._result = stepwise_evaluation(*self._args, False)
+            self._result = stepwise_evaluation(*args)
         except BaseException as exc:  # re-raised in the caller's thread by wait()
             self._error = exc
+            if self._progress and not isinstance(exc, EvaluationStopped):
+                from mleforge.cli.output import err_console
+
+                err_console.print(f"step-wise evaluation (before) failed: {exc}; the run stops when the "
+                                  "collection ends", highlight=False)
 
     @property
     def running(self) -> bool:
@@ -493,6 +553,12 @@ class BeforeEvaluation:
             self._thread = None
         assert self._result is not None
         return self._result
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Before the executor closes under a failing caller: no run of the evaluation is left
+        going (a run takes a moment to end once cancelled)."""
+        if self._executor is not None and self.running:
+            self._executor.stop(timeout)
 
     def _say(self) -> None:
         from mleforge.cli.output import err_console
@@ -568,6 +634,7 @@ def _run(plan: Plan, folder: Path, registry: Any, progress: bool, renderer: Any,
         prepare(task)
     executor = _executor(config, folder)
     buffer = StateBuffer(folder, config.buffer, config.learnability)
+    before: BeforeEvaluation | None = None
     try:
         # Before anything changes the model: the step-wise evaluation of the model as given. Where
         # the template expert collects, the two run side by side (see BeforeEvaluation).
@@ -610,6 +677,8 @@ def _run(plan: Plan, folder: Path, registry: Any, progress: bool, renderer: Any,
         del trainer, training  # the training model's memory, before the evaluation loads the result
         stepwise_evaluation(plan, folder, f"hf:{final}", "after", registry, executor, progress)
     finally:
+        if before is not None:
+            before.stop()  # a failure while it ran alongside: none of its runs outlives the executor
         buffer.close()
         executor.close()
     wall = round(time.monotonic() - started, 1)
