@@ -5,6 +5,7 @@ together in test_cli.py's --sft auto run; here the evaluation is a stand-in, to 
 
 from __future__ import annotations
 
+import io
 import threading
 from types import SimpleNamespace
 
@@ -81,14 +82,17 @@ def test_its_error_reaches_the_caller_when_it_waits(tmp_path, monkeypatch):
         before.wait()
 
 
-def test_it_says_what_it_found_when_it_ran_in_the_background(tmp_path, monkeypatch, capsys):
+def test_it_says_what_it_found_when_it_ran_in_the_background(tmp_path, monkeypatch):
+    from rich.console import Console
+
     from mleforge.cli import output
 
     monkeypatch.setattr(grpo, "stepwise_evaluation", Recorder())
-    monkeypatch.setattr(output.err_console, "file", __import__("sys").stderr)
+    captured = io.StringIO()
+    monkeypatch.setattr(output, "err_console", Console(file=captured, width=300))  # the module's, restored after
     before = BeforeEvaluation(plan(), tmp_path, None, None, True, alongside=True)
     before.wait()
-    err = capsys.readouterr().err
+    err = captured.getvalue()
     assert "step-wise evaluation (before) of bundled:qwen2.5-coder-0.5b on penguins: running alongside" in err
     assert ("step-wise evaluation (before): 2 states, format errors 50.0%, valid 50.0%, mean reward 0.100 "
             "(generation 3 s)") in err
