@@ -447,22 +447,21 @@ class StoppableExecutor:
 
     def __init__(self, inner: Any):
         self._inner = inner
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
+        self._idle = threading.Condition()  # its lock guards _going and _stopped
         self._going: set[threading.Event] = set()
         self._stopped = False
 
     def run(self, script: str, task: Any, limits: Any = None, *, keep: bool = False,
             cancel: threading.Event | None = None) -> Any:
         event = cancel if cancel is not None else threading.Event()
-        with self._lock:
+        with self._idle:
             if self._stopped:
                 raise EvaluationStopped("the job is ending; this run was not started")
             self._going.add(event)
         try:
             result = self._inner.run(script, task, limits, keep=keep, cancel=event)
         finally:
-            with self._lock:
+            with self._idle:
                 self._going.discard(event)
                 self._idle.notify_all()
         if self._stopped:
@@ -473,7 +472,7 @@ class StoppableExecutor:
     def stop(self, timeout: float | None = None) -> bool:
         """Refuse new runs, cancel the ones going and wait (up to `timeout` s) until none is;
         whether none is."""
-        with self._lock:
+        with self._idle:
             self._stopped = True
             for event in self._going:
                 event.set()
@@ -545,7 +544,8 @@ class BeforeEvaluation:
 
                 with err_console.status("waiting for the step-wise evaluation (before)"):
                     self._thread.join()
-            self._thread.join()
+            else:
+                self._thread.join()
             if self._error is not None:
                 raise self._error
             if self._progress:
