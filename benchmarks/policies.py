@@ -20,13 +20,21 @@ the prefill. For ct2 it also measures what a GRPO trainer would get from it as a
 engine: the gap between its per-token log-probabilities and the float32 transformers model's
 on its own samples (TRL's importance-sampling correction works on exactly that gap), and the
 cost of handing it new in-memory weights (`Ct2Engine.sync`). The full default run (both
-models, four engines, both prompts) takes an hour or more on 2 CPU cores, mostly transformers
-on the long prompt.
+models, four engines, both prompts) takes hours on 2 CPU cores, mostly the long prompt.
+
+Long runs: the report is written to `--out` after every measurement (with `"complete": false`
+until the end), and `--resume` keeps the measurements of an earlier report at that path and
+measures only what it lacks. `--budget S` skips a measurement expected to take more than S
+seconds: the estimate is a lower bound, the prefill alone, scaled from the largest shape already
+measured for that engine and prompt, else from a timed prefill of the prompt's first
+`--probe-tokens` tokens (attention makes longer prompts slower per token); a skipped shape is
+reported with its estimate and the prefill rate it came from.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -171,61 +179,169 @@ def sync_cost(reference: Any, tokenizer: Any, quantization: str, threads: int) -
     return {"first_s": first_s, **report.to_dict()}
 
 
+def prefills(engine: str, mode: str, size: int) -> int:
+    """Prompts a shape prefills: transformers expands a group's prompt G times, ct2 once."""
+    return size if mode == "batch" or not engine.startswith("ct2") else 1
+
+
+def estimate(engine: str, runs: list[dict[str, Any]], prompt: str, mode: str, size: int,
+             prompt_tokens: int, probe: dict[str, Any] | None) -> float | None:
+    """A lower bound on a shape's seconds (two calls, each prefilling): scaled from the
+    measured shape of this prompt that prefilled the most, else from the probe's rate."""
+    measured = [g for g in runs if g["prompt"] == prompt and g["prompt_tokens"] == prompt_tokens
+                and "prefill_s" in g]
+    count = prefills(engine, mode, size)
+    if measured:
+        base = max(measured, key=lambda g: prefills(engine, g["mode"], g["size"]))
+        return 2 * base["prefill_s"] * count / prefills(engine, base["mode"], base["size"])
+    if probe is not None:
+        return 2 * count * prompt_tokens / probe["prefill_tokens_per_s"]
+    return None
+
+
+def run_key(run: dict[str, Any]) -> tuple:
+    return run["prompt"], run["mode"], run["size"]
+
+
+def digest(messages: list[dict[str, str]]) -> str:
+    return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+
+
 def bench_engine(model_name: str, folder: Path, engine: str, prompts: dict[str, list],
-                 args: argparse.Namespace, ct2_cache: Path, reference: Any) -> list[dict[str, Any]]:
-    results = []
+                 args: argparse.Namespace, ct2_cache: Path, reference: Any,
+                 report: Report) -> None:
+    ct2 = engine.startswith("ct2")
     for threads in args.threads:
+        previous = report.earlier(model_name, engine, threads)
+        kept = {run_key(g): g for g in (previous or {}).get("runs", []) if "prefill_s" in g}
+        want_rollout = ct2 and reference is not None
+        shapes = [("batch", b) for b in args.batches] + ([("group", args.group)] if args.group else [])
+        if previous is not None and (not want_rollout or "sync" in previous) and all(
+                (name, mode, size) in kept for name in prompts for mode, size in shapes):
+            report.add({**previous, "runs": [  # everything measured before: nothing to load
+                {**kept[(name, mode, size)], "resumed": True}
+                for name in prompts for mode, size in shapes]})
+            continue
         config = HFConfig(model=str(folder), name=model_name, device="cpu", num_threads=threads,
-                          ct2_cache=str(ct2_cache) if engine.startswith("ct2") else None,
-                          **ENGINES[engine])
+                          ct2_cache=str(ct2_cache) if ct2 else None, **ENGINES[engine])
         policy, load_s = timed(HFPolicy, config)
-        used = policy.to_dict()["engine_used"]
         conversion = getattr(policy.engine, "conversion", None)
         convert_s = conversion.convert_s if conversion is not None and conversion.built else None
-        run = ct2_run if engine.startswith("ct2") else transformers_run
+        run = ct2_run if ct2 else transformers_run
         entry = {"model": model_name, "engine": engine, "threads": threads,
-                 "convert_s": convert_s,
-                 "load_s": load_s - (convert_s or 0.0), "engine_used": used, "runs": []}
+                 "convert_s": convert_s, "load_s": load_s - (convert_s or 0.0),
+                 "engine_used": policy.to_dict()["engine_used"], "prompt_tokens": {},
+                 "probes": {}, "runs": []}
+        report.add(entry)
         for prompt_name, messages in prompts.items():
             ids = policy.prompt_ids(messages)
-            shapes = [("batch", b) for b in args.batches]
-            shapes += [("group", args.group)] if args.group else []
+            entry["prompt_tokens"][prompt_name] = len(ids)
             for mode, size in shapes:
-                copies, group = (size, 1) if mode == "batch" else (1, size)
-                got = measure(run, policy, ids, copies, group, args.tokens, threads)
-                entry["runs"].append({"prompt": prompt_name, "prompt_tokens": len(ids),
-                                      "mode": mode, "size": size, **got})
+                key = (prompt_name, mode, size)
+                if key in kept:
+                    entry["runs"].append({**kept[key], "resumed": True})
+                    continue
+                row = {"prompt": prompt_name, "prompt_tokens": len(ids), "mode": mode, "size": size}
+                if args.budget is not None:
+                    probe = entry["probes"].get(prompt_name)
+                    expected = estimate(engine, entry["runs"], prompt_name, mode, size, len(ids),
+                                        probe)
+                    if expected is None and len(ids) > args.probe_tokens:
+                        probe_s = run(policy, ids[:args.probe_tokens], 1, 1, 1, threads)
+                        probe = entry["probes"][prompt_name] = {
+                            "tokens": args.probe_tokens, "seconds": probe_s,
+                            "prefill_tokens_per_s": args.probe_tokens / probe_s}
+                        expected = estimate(engine, entry["runs"], prompt_name, mode, size,
+                                            len(ids), probe)
+                    if expected is not None and expected > args.budget:
+                        entry["runs"].append({**row, "skipped": True, "estimated_s": expected})
+                        report.save()
+                        print(f"{model_name} {engine} t{threads} {prompt_name} {mode} {size}: "
+                              f"skipped, at least {expected:.0f}s expected > --budget "
+                              f"{args.budget:.0f}s", file=sys.stderr, flush=True)
+                        continue
+                got = measure(run, policy, ids, *((size, 1) if mode == "batch" else (1, size)),
+                              args.tokens, threads)
+                entry["runs"].append({**row, **got})
+                report.save()
                 print(f"{model_name} {engine} t{threads} {prompt_name} {mode} {size}: "
                       f"prefill {got['prefill_s']:.2f}s, {got['tokens_per_s']:.1f} tok/s",
                       file=sys.stderr, flush=True)
-        if engine.startswith("ct2") and reference is not None:
-            entry["mismatch"] = logprob_mismatch(policy, reference, policy.prompt_ids(SHORT),
-                                                 max(args.group, 2), args.tokens)
-            entry["sync"] = sync_cost(reference, policy.tokenizer, ENGINES[engine]["quantization"],
-                                      threads)
+        if want_rollout:
+            if previous is not None and "sync" in previous:
+                entry["mismatch"], entry["sync"] = previous["mismatch"], previous["sync"]
+            else:
+                entry["mismatch"] = logprob_mismatch(policy, reference, policy.prompt_ids(SHORT),
+                                                     max(args.group, 2), args.tokens)
+                entry["sync"] = sync_cost(reference, policy.tokenizer,
+                                          ENGINES[engine]["quantization"], threads)
+            report.save()
         policy.close()
-        results.append(entry)
-    return results
 
 
-def bench_model(name: str, root: Path, prompts: dict[str, list],
-                args: argparse.Namespace) -> dict[str, Any]:
+class Report:
+    """The JSON report, written whole after every measurement; `earlier` holds the engine
+    entries of the report it resumes."""
+
+    def __init__(self, path: Path | None, header: dict[str, Any], resume: bool) -> None:
+        self.path, self.header, self.models = path, header, []
+        self.previous: dict[tuple, dict[str, Any]] = {}
+        if resume and path is not None and path.is_file():
+            try:
+                old = json.loads(path.read_text())
+                old_tokens = old["tokens"]
+                entries = [e for r in old["results"] for e in r["engines"]]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise SystemExit(f"--resume: {path} is not a report of this benchmark ({exc}); "
+                                 "give another --out or drop --resume") from None
+            if old_tokens != header["tokens"]:
+                raise SystemExit(f"--resume: {path} measured --tokens {old_tokens}, not "
+                                 f"{header['tokens']}; give the same --tokens or another --out")
+            same = {name for name, sha in old.get("prompt_sha256", {}).items()
+                    if header["prompt_sha256"].get(name) == sha}  # rows of other prompts go
+            for e in entries:
+                e["runs"] = [g for g in e.get("runs", []) if g.get("prompt") in same]
+            self.previous = {(e["model"], e["engine"], e["threads"]): e for e in entries}
+
+    def earlier(self, model: str, engine: str, threads: int) -> dict[str, Any] | None:
+        return self.previous.get((model, engine, threads))
+
+    def start_model(self, entry: dict[str, Any]) -> None:
+        self.models.append(entry)
+
+    def add(self, engine_entry: dict[str, Any]) -> None:
+        self.models[-1]["engines"].append(engine_entry)
+        self.save()
+
+    def to_dict(self, complete: bool = False) -> dict[str, Any]:
+        return {**self.header, "load_average_after": os.getloadavg(), "complete": complete,
+                "results": self.models}
+
+    def save(self, complete: bool = False) -> None:
+        if self.path is None:
+            return
+        partial = self.path.with_name(self.path.name + ".partial")
+        partial.write_text(json.dumps(self.to_dict(complete), indent=1))
+        partial.replace(self.path)
+
+
+def bench_model(name: str, root: Path, prompts: dict[str, list], args: argparse.Namespace,
+                report: Report) -> None:
     model = get_bundled(name)
     gguf_ready = (root / name / model.gguf_file).is_file()
     _, assemble_s = timed(assemble, model, root)
     hf_ready = is_converted(root / name / "hf", model)
     folder, convert_s = timed(convert, model, root)
+    report.start_model({"model": name, "assemble_s": None if gguf_ready else assemble_s,
+                        "hf_convert_s": None if hf_ready else convert_s, "engines": []})
     reference = None
     if args.mismatch and any(e.startswith("ct2") for e in args.engines):
         from mleforge.policies.engines.transformers import load_model
 
         # The trainer's view: float32 transformers, for log-probabilities and the sync.
         reference, _ = load_model(HFConfig(model=str(folder)), device="cpu", dtype="float32")
-    engines = []
     for engine in args.engines:
-        engines += bench_engine(name, folder, engine, prompts, args, root / "ct2", reference)
-    return {"model": name, "assemble_s": None if gguf_ready else assemble_s,
-            "hf_convert_s": None if hf_ready else convert_s, "engines": engines}
+        bench_engine(name, folder, engine, prompts, args, root / "ct2", reference, report)
 
 
 def main() -> None:
@@ -243,10 +359,22 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--no-mismatch", dest="mismatch", action="store_false",
                         help="skip the ct2 log-probability gap and weight-sync measurements")
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--budget", type=float,
+                        help="skip a shape whose prefills alone are expected to take more than "
+                             "this many seconds (default: measure everything)")
+    parser.add_argument("--probe-tokens", type=int, default=128,
+                        help="with --budget: prompt tokens prefilled to estimate an engine's rate "
+                             "before its first shape of a longer prompt (default 128)")
+    parser.add_argument("--out", type=Path, help="the JSON report, written after every measurement")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the measurements of the report at --out and take only the rest")
     args = parser.parse_args()
     if args.tokens < 2:
         parser.error("--tokens must be at least 2 (one token is the prefill)")
+    if args.resume and args.out is None:
+        parser.error("--resume needs --out (the report to resume)")
+    if args.probe_tokens < 1:
+        parser.error("--probe-tokens must be at least 1")
 
     _, import_s = timed(import_torch_transformers)
     load_before = os.getloadavg()
@@ -255,16 +383,17 @@ def main() -> None:
         if "improve" in args.prompts:
             prompts["improve"] = improve_prompt(Path(temp))
         prompts = {k: v for k, v in prompts.items() if k in args.prompts}
+        header = {"machine": {"cpus": os.cpu_count(), "processor": platform.processor(),
+                              "platform": platform.platform()},
+                  "load_average_before": load_before, "import_s": import_s,
+                  "tokens": args.tokens, "temperature": TEMPERATURE, "budget_s": args.budget,
+                  "prompt_sha256": {k: digest(v) for k, v in prompts.items()}}
+        report = Report(args.out, header, args.resume)
         root = Path(temp) / "models" if args.fresh else models_root()
-        results = [bench_model(name, root, prompts, args) for name in args.models]
-    report = {"machine": {"cpus": os.cpu_count(), "processor": platform.processor(),
-                          "platform": platform.platform()},
-              "load_average_before": load_before, "load_average_after": os.getloadavg(),
-              "import_s": import_s, "tokens": args.tokens, "temperature": TEMPERATURE,
-              "results": results}
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=1))
-    show(results, import_s)
+        for name in args.models:
+            bench_model(name, root, prompts, args, report)
+    report.save(complete=True)
+    show(report.models, import_s)
 
 
 def show(results: list[dict[str, Any]], import_s: float) -> None:
@@ -284,6 +413,14 @@ def show(results: list[dict[str, Any]], import_s: float) -> None:
                            seconds(e["convert_s"]) if ct2 else "-", f"{e['load_s']:.1f}")
             for g in e["runs"]:
                 shape = f"batch {g['size']}" if g["mode"] == "batch" else f"1 x {g['size']}"
+                if g.get("skipped"):
+                    probe = e.get("probes", {}).get(g["prompt"])
+                    rate = (f", prefill {probe['prefill_tokens_per_s']:.1f} tok/s on "
+                            f"{probe['tokens']}" if probe else "")
+                    speed.add_row(r["model"], e["engine"], str(e["threads"]), g["prompt"],
+                                  str(g["prompt_tokens"]), shape,
+                                  f"skipped: >= {g['estimated_s']:.0f} s{rate}", "-", "-", "-")
+                    continue
                 decode = g["decode_tokens_per_s"]
                 speed.add_row(r["model"], e["engine"], str(e["threads"]), g["prompt"],
                               str(g["prompt_tokens"]), shape, f"{g['prefill_s']:.2f}",
