@@ -29,11 +29,16 @@ seconds: the estimate is a lower bound, the prefill alone, scaled from the large
 measured for that engine and prompt, else from a timed prefill of the prompt's first
 `--probe-tokens` tokens (attention makes longer prompts slower per token); a skipped shape is
 reported with its estimate and the prefill rate it came from.
+
+The report's header records the variables that choose the numeric backends and the library
+versions: ctranslate2 picks its GEMM backend by CPU at import (oneDNN on AMD), and
+`CT2_USE_MKL=1 python benchmarks/policies.py ...` measures it with Intel MKL forced instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -197,6 +202,19 @@ def estimate(engine: str, runs: list[dict[str, Any]], prompt: str, mode: str, si
     if probe is not None:
         return 2 * count * prompt_tokens / probe["prefill_tokens_per_s"]
     return None
+
+
+def backend_environment() -> dict[str, str]:
+    """The variables that choose or tune the numeric backends (ctranslate2 reads CT2_USE_MKL,
+    CT2_FORCE_CPU_ISA and others once, at import), and the library versions."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    chosen = {k: v for k, v in sorted(os.environ.items())
+              if k.startswith(("CT2_", "OMP_", "MKL_", "DNNL_", "ONEDNN_"))}
+    for package in ("torch", "transformers", "ctranslate2"):
+        with contextlib.suppress(PackageNotFoundError):
+            chosen[f"version:{package}"] = version(package)
+    return chosen
 
 
 def run_key(run: dict[str, Any]) -> tuple:
@@ -385,6 +403,7 @@ def main() -> None:
         prompts = {k: v for k, v in prompts.items() if k in args.prompts}
         header = {"machine": {"cpus": os.cpu_count(), "processor": platform.processor(),
                               "platform": platform.platform()},
+                  "environment": backend_environment(),
                   "load_average_before": load_before, "import_s": import_s,
                   "tokens": args.tokens, "temperature": TEMPERATURE, "budget_s": args.budget,
                   "prompt_sha256": {k: digest(v) for k, v in prompts.items()}}

@@ -126,3 +126,13 @@ def test_a_real_run_resumes_and_skips_over_budget(tmp_path):
     assert third["results"][0]["engines"][0]["load_s"] == second["results"][0]["engines"][0]["load_s"]
     assert third["results"][0]["engines"][0]["runs"] == [{**measured, "resumed": True}]
     assert "short batch" not in log
+
+
+def test_header_records_the_backend_variables_and_versions(monkeypatch):
+    monkeypatch.setenv("CT2_USE_MKL", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setenv("MLEFORGE_UNRELATED", "x")
+    chosen = bench.backend_environment()
+    assert chosen["CT2_USE_MKL"] == "1" and chosen["OMP_NUM_THREADS"] == "2"
+    assert "MLEFORGE_UNRELATED" not in chosen
+    assert chosen["version:torch"].startswith("2.")
