@@ -62,6 +62,7 @@ from mleforge.policies.bundled import (
     models_root,
 )
 from mleforge.policies.hf import HFConfig, HFPolicy, import_torch_transformers
+from mleforge.train.checkpoints import atomic_write
 
 SHORT = [{"role": "system", "content": "You are a helpful Python programmer."},
          {"role": "user", "content": "Write a Python function that trains a logistic regression "
@@ -338,9 +339,7 @@ class Report:
     def save(self, complete: bool = False) -> None:
         if self.path is None:
             return
-        partial = self.path.with_name(self.path.name + ".partial")
-        partial.write_text(json.dumps(self.to_dict(complete), indent=1))
-        partial.replace(self.path)
+        atomic_write(self.path, json.dumps(self.to_dict(complete), indent=1))
 
 
 def bench_model(name: str, root: Path, prompts: dict[str, list], args: argparse.Namespace,

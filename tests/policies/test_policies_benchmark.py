@@ -63,7 +63,7 @@ def test_report_is_written_whole_after_each_save(tmp_path):
     report.save(complete=True)
     saved = json.loads(out.read_text())
     assert saved["complete"] is True and saved["results"][0]["engines"][0]["runs"][0]["size"] == 1
-    assert not (tmp_path / "report.json.partial").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no temporary file left
 
 
 def test_resume_keeps_rows_of_unchanged_prompts_only(tmp_path):
