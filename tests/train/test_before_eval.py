@@ -127,7 +127,7 @@ def test_a_stopped_executor_cancels_its_runs_and_refuses_new_ones(titanic):
     """StoppableExecutor on a real sandbox: a run going when stop() comes ends cancelled (and
     raises, so nothing records it), stop returns once it has, and later runs do not start."""
     from mleforge.sandbox import make_executor
-    from mleforge.train.grpo import EvaluationStopped, StoppableExecutor
+    from mleforge.sandbox.stoppable import ExecutorStopped, StoppableExecutor
 
     with make_executor("local") as inner:
         results = []
@@ -144,7 +144,7 @@ def test_a_stopped_executor_cancels_its_runs_and_refuses_new_ones(titanic):
         def go():
             try:
                 executor.run(SLEEPER, titanic)
-            except EvaluationStopped as exc:
+            except ExecutorStopped as exc:
                 errors.append(exc)
 
         thread = threading.Thread(target=go)
@@ -156,7 +156,7 @@ def test_a_stopped_executor_cancels_its_runs_and_refuses_new_ones(titanic):
         assert not thread.is_alive()
         assert [r.killed_by for r in results] == ["cancelled"]
         assert len(errors) == 1 and "cancelled" in str(errors[0])
-        with pytest.raises(EvaluationStopped, match="not started"):
+        with pytest.raises(ExecutorStopped, match="not started"):
             executor.run(SLEEPER, titanic)
         assert len(results) == 1
         assert executor.isolation == inner.isolation  # the rest is the inner executor's
@@ -167,8 +167,9 @@ def test_a_failing_collection_stops_the_evaluation_before_the_executor_closes(ti
     """In `mleforge train`: the evaluation before runs beside the collection (its own thread, a
     run going); the collection fails; the run going is cancelled before the executor closes, and
     the collection's error is what the caller gets."""
+    from mleforge.sandbox.stoppable import ExecutorStopped
     from mleforge.train.config import ModelConfig
-    from mleforge.train.grpo import EvaluationStopped, train
+    from mleforge.train.grpo import train
 
     events, seen = [], {}
     running = threading.Event()
@@ -199,7 +200,7 @@ def test_a_failing_collection_stops_the_evaluation_before_the_executor_closes(ti
         seen["thread"] = threading.current_thread().name
         try:
             executor.run(SLEEPER, titanic)
-        except EvaluationStopped as exc:
+        except ExecutorStopped as exc:
             seen["stopped"] = exc
             raise
 
@@ -213,6 +214,6 @@ def test_a_failing_collection_stops_the_evaluation_before_the_executor_closes(ti
                          group_size=2, executor="local", engine="transformers")
     with pytest.raises(RuntimeError, match="the collection failed"):
         train(config, tmp_path / "run", registry=registry, progress=False)
-    assert seen["thread"] == "mleforge-before-eval" and isinstance(seen["stopped"], EvaluationStopped)
+    assert seen["thread"] == "mleforge-before-eval" and isinstance(seen["stopped"], ExecutorStopped)
     assert events[-2:] == [("run", "cancelled"), ("close", None)]  # cancelled first, then closed
     assert not (tmp_path / "run" / "stepwise" / "before.json").exists()

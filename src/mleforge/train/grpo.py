@@ -53,6 +53,7 @@ import yaml
 
 from mleforge.eval.contamination import CHECKPOINT_RECORD, RUN_RECORD
 from mleforge.policies.checkpoint import ModelSource
+from mleforge.sandbox.stoppable import ExecutorStopped, StoppableExecutor
 from mleforge.tasks.task import Task
 from mleforge.train.checkpoints import (
     atomic_write,
@@ -434,54 +435,6 @@ def stepwise_evaluation(plan: Plan, folder: Path, spec: str, label: str, registr
     return result
 
 
-class EvaluationStopped(Exception):
-    """A run of the background evaluation was cancelled, or refused, because the job is ending."""
-
-
-class StoppableExecutor:
-    """An executor as a background job sees it: after `stop()` no run starts (each raises
-    EvaluationStopped) and the runs going are cancelled (killed_by "cancelled": never cached)
-    and raise too, so nothing of them is recorded; `stop` returns once none is going, so the
-    caller may close the executor underneath. Runs go through `run` (what run_step calls);
-    everything else is the inner executor's."""
-
-    def __init__(self, inner: Any):
-        self._inner = inner
-        self._idle = threading.Condition()  # its lock guards _going and _stopped
-        self._going: set[threading.Event] = set()
-        self._stopped = False
-
-    def run(self, script: str, task: Any, limits: Any = None, *, keep: bool = False,
-            cancel: threading.Event | None = None) -> Any:
-        event = cancel if cancel is not None else threading.Event()
-        with self._idle:
-            if self._stopped:
-                raise EvaluationStopped("the job is ending; this run was not started")
-            self._going.add(event)
-        try:
-            result = self._inner.run(script, task, limits, keep=keep, cancel=event)
-        finally:
-            with self._idle:
-                self._going.discard(event)
-                self._idle.notify_all()
-        if self._stopped:
-            self._inner.discard(result)
-            raise EvaluationStopped("the job is ending; this run was cancelled")
-        return result
-
-    def stop(self, timeout: float | None = None) -> bool:
-        """Refuse new runs, cancel the ones going and wait (up to `timeout` s) until none is;
-        whether none is."""
-        with self._idle:
-            self._stopped = True
-            for event in self._going:
-                event.set()
-            return self._idle.wait_for(lambda: not self._going, timeout=timeout)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
 class BeforeEvaluation:
     """The step-wise evaluation before training, run alongside the expert's collection when
     `alongside` (and not done yet), else at once in the foreground; `wait()` returns its result.
@@ -527,7 +480,7 @@ class BeforeEvaluation:
             self._result = stepwise_evaluation(*args)
         except BaseException as exc:  # re-raised in the caller's thread by wait()
             self._error = exc
-            if self._progress and not isinstance(exc, EvaluationStopped):
+            if self._progress and not isinstance(exc, ExecutorStopped):
                 from mleforge.cli.output import err_console
 
                 err_console.print(f"step-wise evaluation (before) failed: {exc}; the run stops when the "
