@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = path.parent / "collect.json"
         counts = json.loads(summary.read_text()) if summary.is_file() else {}
     else:
-        from mleforge.train.collect import CollectConfig, collect_samples
+        from mleforge.expert.collect import CollectConfig, collect_samples
 
         config = CollectConfig(tasks=args.tasks, episodes=args.episodes, steps=args.steps, embedder="tfidf",
                                prompt_profile="compact", completion_chars=args.completion_chars,

@@ -36,11 +36,11 @@ from mleforge.agent.journal import Journal
 from mleforge.agent.prompts import COMPACT_CODE_CHARS, PromptConfig, render_prompt, target_view
 from mleforge.agent.state import State
 from mleforge.agent.step import RewardContext, run_step
+from mleforge.expert.collect import CollectConfig, collect_samples, episode_states
 from mleforge.policies.bundled import prepare_bundled
 from mleforge.sandbox import make_executor
 from mleforge.tasks.preparation import prepare
 from mleforge.tasks.registry import TaskRegistry
-from mleforge.train.collect import CollectConfig, collect_samples, episode_states
 
 console = Console(stderr=True)
 MODEL = "qwen2.5-coder-0.5b"

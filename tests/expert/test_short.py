@@ -15,6 +15,12 @@ from mleforge.agent.prompts import PromptConfig, render_prompt, target_view
 from mleforge.agent.state import State
 from mleforge.agent.step import RewardContext, run_step
 from mleforge.errors import ConfigError
+from mleforge.expert.collect import (
+    COMPACT_COMPLETION_CHARS,
+    CollectConfig,
+    collect_samples,
+    episode_states,
+)
 from mleforge.expert.description import describe
 from mleforge.expert.policy import TemplatePolicy
 from mleforge.expert.profile import task_profile
@@ -23,12 +29,6 @@ from mleforge.expert.short import own_spec
 from mleforge.expert.spec import make_spec, read_spec
 from mleforge.policies.base import PolicyError
 from mleforge.sandbox import make_executor
-from mleforge.train.collect import (
-    COMPACT_COMPLETION_CHARS,
-    CollectConfig,
-    collect_samples,
-    episode_states,
-)
 from tests.agent.test_prompts import run
 
 BUDGET = COMPACT_COMPLETION_CHARS

@@ -14,7 +14,7 @@ from tests.policies.test_bundled_models import skip_unless_installed
 @skip_unless_installed("qwen2.5-coder-0.5b")
 def test_the_benchmark_records_the_budget_of_the_collect_it_ran(titanic, tmp_path):
     pytest.importorskip("transformers")
-    from mleforge.train.collect import COMPACT_COMPLETION_CHARS
+    from mleforge.expert.collect import COMPACT_COMPLETION_CHARS
 
     bench = load_benchmark("collect_tokens")
     out = tmp_path / "out.json"

@@ -16,7 +16,7 @@ from mleforge.cli.options import add_isolation_option, common
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `collect`, with the root's shared options (--data-dir, --tasks-dir, --json)."""
-    from mleforge.train.collect import CollectConfig
+    from mleforge.expert.collect_config import CollectConfig
 
     defaults = CollectConfig()
     p = subparsers.add_parser("collect", parents=[common()],
@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(args: argparse.Namespace):
-    from mleforge.train.collect import CollectConfig
+    from mleforge.expert.collect_config import CollectConfig
 
     return CollectConfig(
         tasks=args.tasks, teacher=args.teacher, episodes=args.episodes, seeds=args.seeds,
@@ -68,8 +68,8 @@ def config_from_args(args: argparse.Namespace):
 
 def cmd_collect(args: argparse.Namespace) -> int:
     from mleforge.cli.output import err_console, print_json, print_table
+    from mleforge.expert.collect import collect_samples
     from mleforge.tasks.registry import TaskRegistry
-    from mleforge.train.collect import collect_samples
 
     config = config_from_args(args)
     registry = TaskRegistry(task_dirs=getattr(args, "tasks_dir", None) or (), data_dir=getattr(args, "data_dir", None))

@@ -38,9 +38,9 @@ from mleforge.eval.config import RUN_FIELDS, EvalConfig
 from mleforge.eval.contamination import RUN_RECORD, Contamination, check_contamination
 from mleforge.eval.records import RunFailure, RunReport
 from mleforge.grading.grader import no_submission_report
+from mleforge.policies.serialized import THREAD_SAFE_PREFIXES, SerializedPolicy
 from mleforge.tasks.task import Task
 
-THREAD_SAFE_PREFIXES = ("openai",)
 AGGREGATE_FILE = "aggregate.json"
 LEADERBOARDS_FILE = "leaderboards.json"
 
@@ -67,21 +67,6 @@ class EvalResult:
 class _Stopped(BaseException):
     """Raised from a step callback to end an episode after its current step (the grid was
     interrupted). A BaseException, so a run's failure handling never records it."""
-
-
-class SerializedPolicy:
-    """A policy whose `generate` is entered by one thread at a time."""
-
-    def __init__(self, policy: Any):
-        self.policy = policy
-        self._lock = threading.Lock()
-
-    def generate(self, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            return self.policy.generate(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.policy, name)
 
 
 def safe_name(task_id: str) -> str:

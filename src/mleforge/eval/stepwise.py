@@ -68,7 +68,7 @@ def _journal_states(journal: Journal) -> list[State]:
 def expert_journals(tasks: Sequence[Task], work_dir: str | Path, *, registry: Any = None, episodes: int = 1,
                     steps: int = 6, executor: Any = None, progress: bool = False) -> list[Journal]:
     """Template-expert journals of `tasks`, made (or resumed, or found) in `work_dir` by collect."""
-    from mleforge.train.collect import CollectConfig, collect_samples, load_journals
+    from mleforge.expert.collect import CollectConfig, collect_samples, load_journals
 
     if registry is None:
         from mleforge.tasks.registry import TaskRegistry
@@ -99,7 +99,7 @@ def stepwise_states(tasks: Sequence[Task], *, n_states: int, seed: int, journals
         records = expert_journals(tasks, work_dir, registry=registry, episodes=episodes, steps=steps,
                                   executor=executor, progress=progress)
     elif isinstance(journals, (str, Path)):
-        from mleforge.train.collect import load_journals
+        from mleforge.expert.collect import load_journals
 
         records = load_journals(journals)
     else:

@@ -333,7 +333,7 @@ def collect_config(config: TrainConfig, tasks: Sequence[Task]) -> Any:
     samples rendered with the run's prompt (refused where the run's PromptConfig is not a
     profile collect can render: the warm start must see the prompts GRPO will)."""
     from mleforge.agent.prompts import PromptConfig
-    from mleforge.train.collect import CollectConfig
+    from mleforge.expert.collect_config import CollectConfig
 
     profile, code_chars = config.prompt.profile, config.prompt.code_chars
     if PromptConfig.for_profile(profile, code_chars=code_chars) != config.prompt:
@@ -349,7 +349,7 @@ def collect_config(config: TrainConfig, tasks: Sequence[Task]) -> Any:
 
 def collect_expert(plan: Plan, folder: Path, registry: Any, executor: Any, progress: bool) -> Any:
     """--sft auto's collect in <run>/collect (resumed: finished episodes are read back)."""
-    from mleforge.train.collect import collect_samples
+    from mleforge.expert.collect import collect_samples
 
     return collect_samples(collect_config(plan.config, plan.tasks), folder / COLLECT_DIR, registry=registry,
                            executor=executor, progress=progress)

@@ -13,9 +13,9 @@ import pytest
 from mleforge.agent.actions import parse_completion
 from mleforge.agent.journal import Journal
 from mleforge.errors import ConfigError
+from mleforge.expert.collect import CollectConfig, collect_samples, load_journals
 from mleforge.sandbox import make_executor
 from mleforge.sandbox.caching_executor import CachingExecutor
-from mleforge.train.collect import CollectConfig, collect_samples, load_journals
 from tests.agent.scripted import COPY_SAMPLE, CRASH, ScriptedPolicy
 
 KEYS = {"prompt", "completion", "task_id", "stage", "state_id", "teacher", "ideas", "outcome", "valid", "score",
@@ -183,7 +183,7 @@ def test_cli_collect_writes_samples(prepared_registry, data_root, tmp_path):
 
 
 def test_collect_imports_without_torch():
-    code = "import sys, mleforge.train.collect, mleforge.cli.collect; print(sorted({'torch', 'transformers', " \
+    code = "import sys, mleforge.expert.collect, mleforge.cli.collect; print(sorted({'torch', 'transformers', " \
            "'trl'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -54,7 +54,7 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -64,133 +64,21 @@ import numpy as np
 from mleforge.agent.actions import edit_blocks, keep_base_bookkeeping, write_action
 from mleforge.agent.fields import RecordError
 from mleforge.agent.journal import Journal
-from mleforge.agent.prompts import PROFILES, PromptConfig, render_prompt, target_view
-from mleforge.agent.runner import EpisodeConfig, EpisodeRunner
-from mleforge.agent.search import SearchConfig
+from mleforge.agent.prompts import PromptConfig, render_prompt, target_view
+from mleforge.agent.runner import EpisodeRunner
 from mleforge.agent.state import State
 from mleforge.errors import ConfigError
+from mleforge.expert.collect_config import (
+    COMPACT_COMPLETION_CHARS,
+    EPISODE_FIELDS,
+    JOURNALS_DIR,
+    MAX_EPISODES,
+    RUN_RECORD,
+    SAMPLES_FILE,
+    SUMMARY_FILE,
+    CollectConfig,
+)
 from mleforge.tasks.task import Task
-
-RUN_RECORD = "run.json"
-SUMMARY_FILE = "collect.json"
-SAMPLES_FILE = "samples.jsonl"
-JOURNALS_DIR = "journals"
-TEACHERS = ("template", "openai")
-IDEA_SOURCES = ("catalog", "teacher")
-EMBEDDERS = ("auto", "minilm", "tfidf")
-MAX_EPISODES = 1000  # per task and seed: an episode's seed is seed * MAX_EPISODES + episode
-# The settings that decide what an episode does: a folder made with other values is not resumed.
-EPISODE_FIELDS = ("teacher", "steps", "drafts", "debug_prob", "ideas_low", "ideas_high", "idea_pool",
-                  "idea_source", "embedder", "max_new_tokens", "temperature", "run_timeout_s")
-# The compact profile's completion budget for debug and improve samples, in characters. The
-# CPU preset generates at most a few hundred tokens; edit blocks of code take about 3 characters
-# a Qwen2.5-Coder token (benchmarks/collect_tokens.py measures the samples with its tokenizer).
-COMPACT_COMPLETION_CHARS = 720
-
-
-@dataclass(frozen=True)
-class CollectConfig:
-    """What to collect. `tasks`: a registry selector (`lite`, `all`, ids separated by commas).
-    The grid is tasks x seeds (first_seed ...) x episodes; `workers` episodes run at once
-    (None: half the CPUs). `ideas_low`..`ideas_high` ideas of the task's `idea_pool` most
-    diverse go into each episode's first prompt (ideas_high 0: none). `prompt_profile` renders the
-    samples' prompts; `code_chars` overrides that profile's script budget. `completion_chars`:
-    the budget of a debug or improve sample's completion (None: the profile's, compact
-    COMPACT_COMPLETION_CHARS, full none; 0: none): the template expert answers within it
-    (expert/short.py) and a sample over it is left out and counted, never cut."""
-
-    tasks: str = "lite"
-    teacher: str = "template"
-    episodes: int = 2
-    seeds: int = 1
-    first_seed: int = 0
-    steps: int = 6
-    drafts: int = 2
-    debug_prob: float = 0.5
-    ideas_low: int = 1
-    ideas_high: int = 3
-    idea_pool: int = 10
-    idea_source: str = "catalog"  # "catalog" (the template's approaches) or "teacher" (asks the teacher)
-    embedder: str = "auto"  # idea diversity: MiniLM when installed, else TF-IDF
-    max_new_tokens: int = 2048
-    temperature: float = 0.7
-    run_timeout_s: float | None = None  # per execution; default the task's limit
-    workers: int | None = None
-    executor: str = "local"
-    isolation: str | None = None  # None: $MLEFORGE_ISOLATION, else auto (bwrap or a clear error)
-    prompt_profile: str = "full"
-    code_chars: int | None = None
-    completion_chars: int | None = None
-    keep_failures: bool = False
-    keep_hidden_edits: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.tasks, str) or not self.tasks.strip():
-            raise ConfigError("collect.tasks: give lite, all, or task ids separated by commas")
-        if self.teacher.partition(":")[0] not in TEACHERS or (
-                self.teacher.startswith("openai") and not self.teacher.partition(":")[2]):
-            raise ConfigError(f"collect.teacher: got {self.teacher!r}; expected template or openai:<model>")
-        for key, low in (("episodes", 1), ("seeds", 1), ("first_seed", 0), ("steps", 1), ("drafts", 1),
-                         ("ideas_low", 0), ("ideas_high", 0), ("idea_pool", 1), ("max_new_tokens", 1)):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(f"collect.{key}: got {value!r}; expected an integer >= {low}")
-        if self.episodes > MAX_EPISODES:
-            raise ConfigError(f"collect.episodes: got {self.episodes}; at most {MAX_EPISODES} per task and seed")
-        if 0 < self.ideas_high < self.ideas_low:  # ideas_high 0: no ideas at all
-            raise ConfigError(f"collect.ideas_high ({self.ideas_high}) must be >= ideas_low ({self.ideas_low}), "
-                              "or 0 for no ideas")
-        if self.idea_source not in IDEA_SOURCES:
-            raise ConfigError(f"collect.idea_source: got {self.idea_source!r}; expected catalog or teacher")
-        if self.embedder not in EMBEDDERS:
-            raise ConfigError(f"collect.embedder: got {self.embedder!r}; expected one of {', '.join(EMBEDDERS)}")
-        if self.prompt_profile not in PROFILES:
-            raise ConfigError(f"collect.prompt_profile: got {self.prompt_profile!r}; expected full or compact")
-        if self.workers is not None and (isinstance(self.workers, bool) or self.workers < 1):
-            raise ConfigError(f"collect.workers: got {self.workers!r}; expected >= 1 (None: half the CPUs)")
-        if self.code_chars is not None and self.code_chars < 0:
-            raise ConfigError(f"collect.code_chars: got {self.code_chars}; expected >= 0 (0: the whole script)")
-        if self.completion_chars is not None and (isinstance(self.completion_chars, bool)
-                                                  or not isinstance(self.completion_chars, int)
-                                                  or self.completion_chars < 0):
-            raise ConfigError(f"collect.completion_chars: got {self.completion_chars!r}; expected an integer >= 0 "
-                              "(0: no budget; unset: the prompt profile's)")
-        self.episode_config(0)  # validates the episode settings now, not at the first episode
-
-    def episode_config(self, seed: int) -> EpisodeConfig:
-        return EpisodeConfig(steps=self.steps, run_timeout_s=self.run_timeout_s, seed=seed,
-                             search=SearchConfig(num_drafts=self.drafts, debug_prob=self.debug_prob),
-                             max_new_tokens=self.max_new_tokens, temperature=self.temperature)
-
-    @property
-    def prompt_config(self) -> PromptConfig:
-        overrides = {} if self.code_chars is None else {"code_chars": self.code_chars}
-        return PromptConfig.for_profile(self.prompt_profile, **overrides)
-
-    @property
-    def completion_budget(self) -> int:
-        """The debug and improve samples' completion budget in characters; 0: none."""
-        if self.completion_chars is not None:
-            return self.completion_chars
-        return COMPACT_COMPLETION_CHARS if self.prompt_profile == "compact" else 0
-
-    @property
-    def resolved_workers(self) -> int:
-        if self.workers is not None:
-            return self.workers
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return max(1, cpus // 2)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CollectConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"unknown collect setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        return cls(**data)
 
 
 def _saved_budget(saved: dict[str, Any]) -> int:
@@ -466,7 +354,7 @@ class Collector:
                               "use another folder, or pass --fresh to start it again")
 
     def _make_policy(self) -> tuple[Any, bool]:
-        from mleforge.eval.runner import THREAD_SAFE_PREFIXES, SerializedPolicy
+        from mleforge.policies.serialized import THREAD_SAFE_PREFIXES, SerializedPolicy
 
         if self._policy is not None:
             policy, owned = self._policy, False
