@@ -10,9 +10,9 @@ from mleforge.grading.grader import mlebench_round
 from mleforge.grading.metrics import (
     average_precision_at_k,
     get_metric,
-    metric_names,
     undefined_reason,
 )
+from mleforge.tasks.metric_names import metric_names
 
 
 def m(name, y_true, y_pred):

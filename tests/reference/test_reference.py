@@ -21,10 +21,9 @@ from mleforge.reference.features import (
 )
 from mleforge.reference.numerics import can_pin
 from mleforge.reference.solutions import ReferenceSolution, pick_solution, solution_grid
-from mleforge.tasks.preparation import prepare
+from mleforge.tasks.preparation import prepare, read_public
 from mleforge.tasks.registry import BUILTIN_DIR, TaskRegistry
 from mleforge.tasks.spec import load_task_spec
-from mleforge.utils.io import read_public
 
 BUILTIN_IDS = sorted(load_task_spec(p.parent).id for p in BUILTIN_DIR.glob("*/task.yaml"))
 # Leaderboards that take more than ~20 s to rebuild on 2 cores (see benchmarks/prepare_and_grade.py).

@@ -37,9 +37,9 @@ from mleforge.agent.step import RewardContext, StepOutcome, node_id_for, run_ste
 from mleforge.errors import ConfigError
 from mleforge.grading.grader import grade
 from mleforge.grading.report import GradeReport
-from mleforge.grading.split import check_feedback
 from mleforge.reward import RewardConfig
 from mleforge.sandbox import RunLimits
+from mleforge.tasks.answer_split import check_feedback
 from mleforge.tasks.task import Task
 
 

@@ -24,10 +24,10 @@ from mleforge.agent.node import Node
 from mleforge.agent.state import State
 from mleforge.grading.grader import grade, sample_submission_score
 from mleforge.grading.report import GradeReport
-from mleforge.grading.split import check_feedback
 from mleforge.reward import RewardBreakdown, RewardConfig, compute_reward
 from mleforge.reward.components import reference_score, task_scale
 from mleforge.sandbox import ExecutionResult, RunLimits
+from mleforge.tasks.answer_split import check_feedback
 from mleforge.tasks.task import Task
 
 # What a node keeps of each output stream: enough for a debug prompt, small enough for a journal.
@@ -40,7 +40,7 @@ class RewardContext:
     what the agent is shown of its own submissions.
 
     Every step is graded on the *public* part of the test answers (Kaggle's public
-    leaderboard; `grading.split`), never the private part the final grade is on: the reward
+    leaderboard; `tasks.answer_split`), never the private part the final grade is on: the reward
     (and so training's reward) and, with `feedback="public"`, the node's score that prompts
     show and the search selects by. With `feedback="none"` the node keeps no score (the agent
     gets execution output only, as in MLE-bench's protocol); the reward still comes from

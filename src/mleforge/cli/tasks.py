@@ -161,8 +161,7 @@ def cmd_tasks_solve(args: argparse.Namespace) -> int:
     from mleforge.grading.grader import grade
     from mleforge.grading.report import aggregate_reports
     from mleforge.reference.solutions import pick_solution
-    from mleforge.tasks.preparation import prepare
-    from mleforge.utils.io import read_public
+    from mleforge.tasks.preparation import prepare, read_public
 
     tasks = selected(args, task_registry(args))
     out_dir = Path(args.out).resolve()

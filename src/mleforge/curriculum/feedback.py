@@ -25,8 +25,8 @@ from mleforge.curriculum.buffer import FeedbackSummary, StateBuffer
 from mleforge.curriculum.errors import CurriculumError
 from mleforge.curriculum.learnability import is_success
 from mleforge.curriculum.records import Offer, RolloutRecord
-from mleforge.grading.split import check_feedback
 from mleforge.reward.compute import RewardBreakdown
+from mleforge.tasks.answer_split import check_feedback
 
 
 def rollout_node(

@@ -11,7 +11,7 @@ Two paths, one report:
   exception, makes the submission invalid (MLE-bench's `Grader.__call__` returns None for
   both), with the exception as the reason; a nan score stays a valid nan, as in MLE-bench.
 
-Which rows count (Kaggle's public/private split, `grading.split`): `part="private"` (the
+Which rows count (Kaggle's public/private split, `tasks.answer_split`): `part="private"` (the
 final grade), `"public"` (what the agent and the search see) or `"full"`. The submission is
 checked against the whole test set first (every id, every row), then only the part's rows
 are scored. For `mlebench:` ids the final grade stays MLE-bench's own grade on all rows, so
@@ -40,7 +40,6 @@ from mleforge.errors import ConfigError, GraderError, InvalidSubmission, TaskSpe
 from mleforge.grading.medals import rank_score
 from mleforge.grading.metrics import get_metric, undefined_reason
 from mleforge.grading.report import GradeReport
-from mleforge.grading.split import PARTS, public_mask
 from mleforge.grading.submission import (
     SubmissionBounds,
     _id_key,
@@ -49,6 +48,7 @@ from mleforge.grading.submission import (
     read_csv_like_mlebench,
     read_submission,
 )
+from mleforge.tasks.answer_split import PARTS, public_mask
 from mleforge.tasks.preparation import require_prepared
 from mleforge.tasks.task import Task
 

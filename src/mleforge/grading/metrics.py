@@ -24,12 +24,13 @@ column-wise ROC AUC (the mean of one AUC per column, as jigsaw's grader computes
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from mleforge.tasks.metric_names import map_k, metric_direction
 
 # MLE-bench's multiclass log-loss graders (leaf, spooky, dog-breed) refuse a row unless
 # `np.isclose(row_sum, 1, atol=1e-6)`: with numpy's default rtol=1e-5 that is |sum - 1| <= 1.1e-5.
@@ -149,36 +150,32 @@ def undefined_reason(metric: Metric, y_true: Any, y_pred: Any) -> str:
     return f"{metric.name} is undefined (nan) for these answers and predictions"
 
 
+def _named(name: str, kind: str, fn: Callable[[Any, Any], Any], best: float) -> Metric:
+    return Metric(name, metric_direction(name), kind, fn, best)
+
+
 _STATIC: dict[str, Metric] = {
     m.name: m
     for m in (
-        Metric("accuracy", "higher", "label", accuracy, 1.0),
-        Metric("macro_f1", "higher", "label", macro_f1, 1.0),
-        Metric("qwk", "higher", "label", quadratic_weighted_kappa, 1.0),
-        Metric("roc_auc", "higher", "probability", roc_auc, 1.0),
-        Metric("log_loss", "lower", "probability", log_loss, 0.0),
-        Metric("rmse", "lower", "number", rmse, 0.0),
-        Metric("mae", "lower", "number", mae, 0.0),
-        Metric("rmsle", "lower", "number", rmsle, 0.0),
+        _named("accuracy", "label", accuracy, 1.0),
+        _named("macro_f1", "label", macro_f1, 1.0),
+        _named("qwk", "label", quadratic_weighted_kappa, 1.0),
+        _named("roc_auc", "probability", roc_auc, 1.0),
+        _named("log_loss", "probability", log_loss, 0.0),
+        _named("rmse", "number", rmse, 0.0),
+        _named("mae", "number", mae, 0.0),
+        _named("rmsle", "number", rmsle, 0.0),
     )
 }
-_MAP_RE = re.compile(r"^map@([1-9][0-9]*)$")
-
-METRIC_NAMES_HELP = f"one of {', '.join(sorted(_STATIC))} or map@K (e.g. map@3)"
 
 
 def get_metric(name: str) -> Metric:
     """Look a metric up by name; `map@K` for any K >= 1. Raises KeyError for unknown names."""
     if name in _STATIC:
         return _STATIC[name]
-    match = _MAP_RE.match(name)
-    if match:
-        k = int(match.group(1))
+    k = map_k(name)
+    if k is not None:
         return Metric(
-            name, "higher", "ranking", lambda t, p: mean_average_precision_at_k(t, p, k), 1.0, k=k
+            name, metric_direction(name), "ranking", lambda t, p: mean_average_precision_at_k(t, p, k), 1.0, k=k
         )
     raise KeyError(name)
-
-
-def metric_names() -> list[str]:
-    return [*sorted(_STATIC), "map@K"]

@@ -32,9 +32,8 @@ from mleforge.errors import InvalidSubmission
 from mleforge.grading.grader import SCORE_DECIMALS, part_rows, score_frame
 from mleforge.reference.numerics import cpu_info, pinned_environment, unpinned_environment
 from mleforge.reference.solutions import ReferenceSolution, solution_grid
-from mleforge.tasks.preparation import prepare
+from mleforge.tasks.preparation import prepare, read_public
 from mleforge.tasks.task import Task, cli_task_args
-from mleforge.utils.io import read_public
 
 META_NAME = "leaderboard.meta.json"
 LIBRARIES = ("numpy", "pandas", "scikit-learn", "scipy")
@@ -141,7 +140,7 @@ def write_leaderboard(task: Task, board: pd.DataFrame) -> Path:
         "metric": task.spec.metric_name,
         "direction": task.spec.direction,
         "entries": len(board),
-        # Kaggle's private leaderboard: the rows final grades are scored on (grading.split).
+        # Kaggle's private leaderboard: the rows final grades are scored on (tasks.answer_split).
         "scored_on": {"part": "private", "rows": part_rows(task, "private")},
         "command": leaderboard_command(task),
         "versions": library_versions(),

@@ -20,11 +20,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mleforge import __version__
 from mleforge.errors import DataNotPrepared, PreparationError
 from mleforge.tasks.loading import load_callable
 from mleforge.tasks.task import Task, cli_task_args
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MANIFEST = "manifest.json"
 REQUIRED_PUBLIC = ("train.csv", "test.csv", "sample_submission.csv", "description.md")
@@ -127,6 +131,16 @@ def require_prepared(task: Task) -> None:
         )
 
 
+def read_public(task: Task) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The prepared train and test frames of a task (verified first)."""
+    import pandas as pd
+
+    require_prepared(task)
+    train = pd.read_csv(task.public_dir / "train.csv")
+    test = pd.read_csv(task.public_dir / "test.csv")
+    return train, test
+
+
 @contextmanager
 def _lock(path: Path):
     """An exclusive lock on `path`, removed when released (a failed preparation leaves no
@@ -198,10 +212,10 @@ def _check_output(task: Task, staging: Path) -> None:
 
 
 def _split_answers(task: Task, private: Path) -> None:
-    """Write the public and private parts of answers.csv (grading.split), in its row order."""
+    """Write the public and private parts of answers.csv (tasks.answer_split), in its row order."""
     import pandas as pd
 
-    from mleforge.grading.split import split_answers
+    from mleforge.tasks.answer_split import split_answers
 
     if (private / PUBLIC_ANSWERS).exists() or (private / PRIVATE_ANSWERS).exists():
         raise PreparationError(

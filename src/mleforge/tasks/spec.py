@@ -7,7 +7,7 @@
     description: description.md      # path relative to the folder
     modality: tabular                # tabular | text | image | time-series
     problem: binary                  # binary | multiclass | regression | ordinal | ranking
-    metric: accuracy                 # a named metric (mleforge.grading.metrics) ...
+    metric: accuracy                 # a named metric (mleforge.tasks.metric_names) ...
     grade_fn: null                   # ... or `file:function` (a .py in the folder) or `pkg.mod:function`
     direction: higher                # higher | lower; implied by a named metric, required with grade_fn
     preparer: prepare:prepare        # `file:function` in the folder, or `pkg.mod:function`
@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from mleforge.errors import TaskSpecError
+from mleforge.tasks.metric_names import METRIC_NAMES_HELP, metric_direction
 
 MODALITIES = ("tabular", "text", "image", "time-series")
 PROBLEMS = ("binary", "multiclass", "regression", "ordinal", "ranking")
@@ -209,18 +210,16 @@ def _grading(raw: Mapping[str, Any], path: Path) -> tuple[str | None, str | None
     if (metric is None) == (grade_fn is None):
         raise TaskSpecError(path, "metric", "give exactly one of `metric` (a named metric) or `grade_fn`")
     if metric is not None:
-        from mleforge.grading.metrics import METRIC_NAMES_HELP, get_metric
-
         if not isinstance(metric, str):
             raise TaskSpecError(path, "metric", f"got {metric!r}; expected {METRIC_NAMES_HELP}")
         try:
-            metric_obj = get_metric(metric)
+            named_direction = metric_direction(metric)
         except KeyError:
             raise TaskSpecError(path, "metric", f"got {metric!r}; expected {METRIC_NAMES_HELP}") from None
-        direction = raw.get("direction", metric_obj.direction)
-        if direction != metric_obj.direction:
+        direction = raw.get("direction", named_direction)
+        if direction != named_direction:
             raise TaskSpecError(
-                path, "direction", f"got {direction!r} but metric {metric} is {metric_obj.direction}-is-better"
+                path, "direction", f"got {direction!r} but metric {metric} is {named_direction}-is-better"
             )
     else:
         grade_fn = _import_string(raw, "grade_fn", path)

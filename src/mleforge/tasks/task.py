@@ -13,6 +13,7 @@ import pandas as pd
 
 from mleforge.errors import DataNotPrepared, TaskSpecError
 from mleforge.tasks.loading import load_callable
+from mleforge.tasks.mlebench_grade import load_grade_fn
 from mleforge.tasks.spec import TaskSpec
 
 
@@ -82,8 +83,6 @@ class Task:
         if self.spec.grade_fn is None:
             return None
         if self.kind == "mlebench":
-            from mleforge.tasks.mlebench import load_grade_fn
-
             return load_grade_fn(self.spec)
         return load_callable(self.spec.grade_fn, self.spec.folder, self.spec.folder / "task.yaml", "grade_fn")
 

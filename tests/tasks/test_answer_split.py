@@ -9,7 +9,7 @@ import pytest
 
 from mleforge.errors import ConfigError, PreparationError
 from mleforge.grading.grader import grade, part_rows, sample_submission_score, score_frame
-from mleforge.grading.split import public_count, public_mask, split_answers
+from mleforge.tasks.answer_split import public_count, public_mask, split_answers
 from mleforge.tasks.preparation import prepare
 from mleforge.tasks.registry import TaskRegistry
 from tests.tasks.helpers import write_task
