@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from mleforge.errors import ConfigError
+from mleforge.reference import board as rb
 from mleforge.reference import leaderboard as lb
 from mleforge.reference.features import (
     ColumnRoles,
@@ -85,7 +86,7 @@ def test_committed_leaderboard_is_well_formed(task_id, data_dir):
     assert list(board.columns) == ["entry", "score"]
     assert board["entry"].is_unique
     assert lb.render_board(board) == task.spec.leaderboard_path.read_text(encoding="utf-8")
-    assert board.equals(lb.sort_board(board, task.is_lower_better))
+    assert board.equals(rb.sort_board(board, task.is_lower_better))
     meta = pd.read_json(lb.meta_path(task), typ="series")
     assert meta["entries"] == len(board)
     assert meta["command"] == f"mleforge tasks leaderboard {task_id}"
@@ -207,8 +208,8 @@ def test_date_parts():
 
 def test_sort_board_breaks_ties_by_name():
     board = pd.DataFrame({"entry": ["c", "a", "b", "d"], "score": [0.5, 0.5, 0.9, 0.1]})
-    assert lb.sort_board(board, is_lower_better=False)["entry"].tolist() == ["b", "a", "c", "d"]
-    assert lb.sort_board(board, is_lower_better=True)["entry"].tolist() == ["d", "a", "c", "b"]
+    assert rb.sort_board(board, is_lower_better=False)["entry"].tolist() == ["b", "a", "c", "d"]
+    assert rb.sort_board(board, is_lower_better=True)["entry"].tolist() == ["d", "a", "c", "b"]
 
 
 def test_compare_boards_exact_and_tolerant():
@@ -277,7 +278,7 @@ def test_write_and_check_leaderboard(tmp_path, data_dir, monkeypatch):
         f"mleforge tasks leaderboard penguins --tasks-dir {folder}")
     small = [ReferenceSolution("constant-prior", "constant", {"strategy": "prior"}),
              ReferenceSolution("tree-d2", "tree", {"max_depth": 2})]
-    monkeypatch.setattr(lb, "solution_grid", lambda task: small)
+    monkeypatch.setattr(rb, "solution_grid", lambda task: small)
     seen = []
     board = lb.build_leaderboard(task, progress=lambda done, total, name: seen.append((done, total, name)),
                                  pinned=False)
@@ -315,6 +316,6 @@ def test_invalid_entry_raises_with_its_name(tmp_path, data_dir, monkeypatch):
         def fit_predict(self, task, train, test, memory=None):
             return super().fit_predict(task, train, test, memory).iloc[:-1]
 
-    monkeypatch.setattr(lb, "solution_grid", lambda task: [Broken("broken-tree", "tree", {"max_depth": 2})])
+    monkeypatch.setattr(rb, "solution_grid", lambda task: [Broken("broken-tree", "tree", {"max_depth": 2})])
     with pytest.raises(InvalidSubmission, match="reference solution broken-tree of penguins"):
         lb.build_leaderboard(task, pinned=False)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import tempfile
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
@@ -28,11 +27,11 @@ from typing import Any
 
 import pandas as pd
 
-from mleforge.errors import InvalidSubmission
-from mleforge.grading.grader import SCORE_DECIMALS, part_rows, score_frame
+from mleforge.grading.grader import SCORE_DECIMALS, part_rows
+from mleforge.reference.board import Progress, build_here, sort_board
 from mleforge.reference.numerics import cpu_info, pinned_environment, unpinned_environment
-from mleforge.reference.solutions import ReferenceSolution, solution_grid
-from mleforge.tasks.preparation import prepare, read_public
+from mleforge.reference.pinned import build_in_child
+from mleforge.tasks.preparation import prepare
 from mleforge.tasks.task import Task, cli_task_args
 
 META_NAME = "leaderboard.meta.json"
@@ -45,8 +44,6 @@ TOLERANCE_ROWS = 2
 RELATIVE_TOLERANCE = 1e-3
 # The smallest difference a 5-decimal score can show.
 ONE_UNIT = 10.0**-SCORE_DECIMALS
-
-Progress = Callable[[int, int, str], None]  # (entries done, entries in all, entry just scored)
 
 
 def library_versions() -> dict[str, str]:
@@ -63,7 +60,6 @@ def build_leaderboard(task: Task, progress: Progress | None = None, pinned: bool
     raised, naming the entry.
     """
     from mleforge.reference.numerics import numerics
-    from mleforge.reference.pinned import build_in_child
 
     prepare(task)
     if not pinned:
@@ -75,39 +71,6 @@ def build_leaderboard(task: Task, progress: Progress | None = None, pinned: bool
     board = sort_board(pd.DataFrame(rows, columns=["entry", "score"]), task.is_lower_better)
     board.attrs["numerics"] = child_numerics
     return board
-
-
-def build_here(task: Task, progress: Progress | None = None) -> pd.DataFrame:
-    """The build itself, in this process."""
-    from joblib import Memory
-
-    prepare(task)
-    train, test = read_public(task)
-    grid = solution_grid(task)
-    rows = []
-    # Most entries share their features (a TF-IDF costs seconds): fit them once per build.
-    with tempfile.TemporaryDirectory(prefix="mleforge-features-") as cache:
-        memory = Memory(cache, verbose=0)
-        for done, solution in enumerate(grid, start=1):
-            rows.append({"entry": solution.name, "score": _score(task, solution, train, test, memory)})
-            if progress is not None:
-                progress(done, len(grid), solution.name)
-    return sort_board(pd.DataFrame(rows, columns=["entry", "score"]), task.is_lower_better)
-
-
-def _score(task: Task, solution: ReferenceSolution, train: pd.DataFrame, test: pd.DataFrame, memory) -> float:
-    submission = solution.fit_predict(task, train, test, memory=memory)
-    try:
-        return score_frame(task, submission, "private")
-    except InvalidSubmission as exc:
-        raise InvalidSubmission(f"reference solution {solution.name} of {task.id}: {exc.reason}") from exc
-
-
-def sort_board(board: pd.DataFrame, is_lower_better: bool) -> pd.DataFrame:
-    """Best score first; equal scores in entry-name order."""
-    board = board.sort_values("entry", kind="stable")
-    board = board.sort_values("score", ascending=is_lower_better, kind="stable")
-    return board.reset_index(drop=True)
 
 
 def format_score(score: float) -> str:

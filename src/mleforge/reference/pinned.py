@@ -16,16 +16,15 @@ import subprocess
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import mleforge
 from mleforge import errors
 from mleforge.errors import MleforgeError
+from mleforge.reference.board import Progress
 from mleforge.tasks.task import Task
-
-Progress = Callable[[int, int, str], None]
 
 
 def build_in_child(
@@ -79,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks-dir")
     args = parser.parse_args(argv)
 
-    from mleforge.reference.leaderboard import build_here
+    from mleforge.reference.board import build_here
     from mleforge.reference.numerics import numerics
     from mleforge.tasks.registry import TaskRegistry
 
