@@ -61,7 +61,9 @@ from mleforge.policies.bundled import (
     is_converted,
     models_root,
 )
-from mleforge.policies.hf import HFConfig, HFPolicy, import_torch_transformers
+from mleforge.policies.extras import import_torch_transformers
+from mleforge.policies.hf import HFPolicy
+from mleforge.policies.hf_config import HFConfig
 from mleforge.train.checkpoints import atomic_write
 
 SHORT = [{"role": "system", "content": "You are a helpful Python programmer."},

@@ -25,6 +25,7 @@ from mleforge.policies.bundled import (
     get_bundled,
     models_root,
 )
+from mleforge.policies.hf import bundled_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -228,4 +229,4 @@ def test_models_root_and_names(monkeypatch, tmp_path):
 
 def test_bundled_policy_rejects_unknown_options():
     with pytest.raises(ConfigError, match="unknown option"):
-        bundled.bundled_policy("smollm2-135m", temprature=0.5)
+        bundled_policy("smollm2-135m", temprature=0.5)

@@ -13,7 +13,8 @@ import time
 import pytest
 
 from mleforge.policies import SamplingConfig
-from mleforge.policies.bundled import bundled_policy, get_bundled, package_dir, prepare_bundled
+from mleforge.policies.bundled import get_bundled, package_dir, prepare_bundled
+from mleforge.policies.hf import bundled_policy
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

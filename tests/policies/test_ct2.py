@@ -27,7 +27,8 @@ from mleforge.policies.engines.ct2_convert import (  # noqa: E402
     _file_record,
     weights_sha256,
 )
-from mleforge.policies.hf import HFConfig, HFPolicy  # noqa: E402
+from mleforge.policies.hf import HFPolicy  # noqa: E402
+from mleforge.policies.hf_config import HFConfig  # noqa: E402
 from tests.policies.test_bundled_models import skip_unless_installed  # noqa: E402
 from tests.policies.tiny_model import build_tiny_model, train_lora  # noqa: E402
 

@@ -9,7 +9,8 @@ import pytest
 
 from mleforge.errors import MissingExtra
 from mleforge.policies.engines.ct2 import plan_groups
-from mleforge.policies.hf import HFConfig, choose_engine
+from mleforge.policies.hf import choose_engine
+from mleforge.policies.hf_config import HFConfig
 
 
 def test_plan_groups_shares_a_batch_only_between_prompts_of_nearly_one_length():

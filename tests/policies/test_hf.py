@@ -15,7 +15,8 @@ from mleforge.errors import ConfigError, MissingExtra  # noqa: E402
 from mleforge.policies import Policy, PolicyError, SamplingConfig, make_policy  # noqa: E402
 from mleforge.policies.engines.base import Sample  # noqa: E402
 from mleforge.policies.engines.transformers import plan_batches, row_end  # noqa: E402
-from mleforge.policies.hf import HFConfig, HFPolicy  # noqa: E402
+from mleforge.policies.hf import HFPolicy  # noqa: E402
+from mleforge.policies.hf_config import HFConfig  # noqa: E402
 from tests.policies.tiny_model import build_lora_adapter, build_tiny_model  # noqa: E402
 
 SAMPLE = SamplingConfig(temperature=1.0, max_new_tokens=12, seed=7)
@@ -136,7 +137,7 @@ def test_a_checkpoint_folder_loads_with_its_base(tiny, tmp_path):
     pytest.importorskip("peft")
     import shutil
 
-    from mleforge.policies.checkpoint import resolve_model, write_marker
+    from mleforge.policies.model_source import resolve_model, write_marker
 
     prompt = [ask("add two numbers")]
     adapter = build_lora_adapter(tiny, tmp_path / "adapter")

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from mleforge.policies.bundled import BUNDLED, bundled_at, get_bundled, package_dir
-from mleforge.policies.checkpoint import resolve_model
+from mleforge.policies.model_source import resolve_model
 from mleforge.tasks.registry import TaskRegistry
 from mleforge.train.config import ModelConfig, TrainConfig
 from mleforge.train.grpo import ct2_architecture_problem, preflight

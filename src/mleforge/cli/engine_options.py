@@ -16,8 +16,7 @@ import argparse
 from typing import Any
 
 from mleforge.errors import ConfigError
-from mleforge.policies.engines.base import ENGINE_CHOICES
-from mleforge.policies.engines.ct2_convert import QUANTIZATIONS
+from mleforge.policies.engines.base import ENGINE_CHOICES, QUANTIZATIONS
 
 LOCAL_PREFIXES = ("hf", "bundled")
 

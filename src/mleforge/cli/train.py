@@ -20,7 +20,7 @@ from mleforge.cli.options import (
     on_off,
 )
 from mleforge.cli.output import err_console, print_json, print_table
-from mleforge.policies.engines.ct2_convert import QUANTIZATIONS
+from mleforge.policies.engines.base import QUANTIZATIONS
 
 # flag -> (TrainConfig field, or "model.<field>")
 FLAGS = {

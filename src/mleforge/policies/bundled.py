@@ -27,6 +27,7 @@ from typing import Any
 
 from mleforge.errors import MissingExtra
 from mleforge.policies.base import PolicyError
+from mleforge.policies.extras import import_torch_transformers
 
 log = logging.getLogger(__name__)
 
@@ -276,8 +277,6 @@ def is_converted(folder: Path, model: BundledModel) -> bool:
 
 
 def _import_converter() -> tuple[Any, Any]:
-    from mleforge.policies.hf import import_torch_transformers
-
     torch, transformers = import_torch_transformers()
     if importlib.util.find_spec("gguf") is None:
         raise MissingExtra("gguf", "train", "converting a bundled GGUF model")
@@ -287,25 +286,3 @@ def _import_converter() -> tuple[Any, Any]:
 def prepare_bundled(name: str, root: Path | None = None) -> Path:
     """Assemble and convert a bundled model if needed; its transformers folder."""
     return convert(get_bundled(name), root)
-
-
-def bundled_policy(name: str, *, models_dir: str | Path | None = None, **options: Any):
-    """An HFPolicy on a bundled model; `options` go to `HFConfig` (device, dtype, engine,
-    quantization, sampling...)."""
-    from mleforge.errors import ConfigError
-    from mleforge.policies.hf import HFConfig, HFPolicy
-
-    known = set(HFConfig.__dataclass_fields__) - {"model"}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise ConfigError(f"bundled policy: unknown option(s) {', '.join(unknown)}; "
-                          f"known: models_dir, {', '.join(sorted(known))}")
-    if options.get("engine") == "ct2":
-        from mleforge.policies.engines.ct2_convert import import_ctranslate2
-
-        import_ctranslate2()  # name the missing extra before minutes of assembly
-    root = Path(models_dir) if models_dir else None
-    folder = prepare_bundled(name, root)
-    if root is not None and options.get("ct2_cache") is None:
-        options["ct2_cache"] = str(root / "ct2")  # conversions beside the model they come from
-    return HFPolicy(HFConfig(model=str(folder), name=options.pop("name", name), **options))

@@ -17,7 +17,7 @@ adapter_config.json's `base_model_name_or_path`.
 `resolve_model(spec)` turns `bundled:NAME`, `hf:PATH` or a bare folder into the base folder
 to load, the adapters to apply on it in order, and the folder of the tokenizer.
 `check_model_spec(spec)` says what is wrong with a spec without loading or converting anything.
-Only the standard library is imported here.
+Only the standard library is imported here (and `mleforge.policies.bundled`, which imports no more).
 """
 
 from __future__ import annotations
@@ -28,6 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from mleforge.policies.base import PolicyError
+from mleforge.policies.bundled import (
+    get_bundled,
+    is_converted,
+    locate_parts,
+    models_root,
+    prepare_bundled,
+)
 
 MARKER = "mleforge_model.json"
 FORMAT = "mleforge-checkpoint"
@@ -115,14 +122,6 @@ def _adapter_base(folder: Path) -> str:
 
 
 def _bundled_folder(name: str, convert: bool) -> str:
-    from mleforge.policies.bundled import (
-        get_bundled,
-        is_converted,
-        locate_parts,
-        models_root,
-        prepare_bundled,
-    )
-
     model = get_bundled(name)
     if convert:
         return str(prepare_bundled(name))

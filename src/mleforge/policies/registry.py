@@ -79,7 +79,8 @@ def _openai(name: str, **kwargs: Any) -> Policy:
 
 
 def _hf(name: str, **kwargs: Any) -> Policy:
-    from mleforge.policies.hf import HFConfig, HFPolicy
+    from mleforge.policies.hf import HFPolicy
+    from mleforge.policies.hf_config import HFConfig
 
     if not name:
         raise ConfigError("hf policy: give a local folder or a hub id, as in 'hf:./checkpoint'")
@@ -87,7 +88,7 @@ def _hf(name: str, **kwargs: Any) -> Policy:
 
 
 def _bundled(name: str, **kwargs: Any) -> Policy:
-    from mleforge.policies.bundled import bundled_policy
+    from mleforge.policies.hf import bundled_policy
 
     return bundled_policy(name, **kwargs)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mleforge.eval.contamination import CHECKPOINT_RECORD
-from mleforge.policies.checkpoint import write_marker
+from mleforge.policies.model_source import write_marker
 
 MARK = "mleforge_checkpoint.json"
 PREFIX = "checkpoint-"

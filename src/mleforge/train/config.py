@@ -31,8 +31,7 @@ from typing import Any, ClassVar
 from mleforge.agent.prompts import PromptConfig
 from mleforge.curriculum.config import SAMPLER_KINDS, BufferConfig, LearnabilityConfig
 from mleforge.errors import ConfigError
-from mleforge.policies.engines.base import ENGINE_CHOICES
-from mleforge.policies.engines.ct2_convert import QUANTIZATIONS
+from mleforge.policies.engines.base import ENGINE_CHOICES, QUANTIZATIONS
 from mleforge.reward import RewardConfig
 from mleforge.train.prompts import compact_prompt
 

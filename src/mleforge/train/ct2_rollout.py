@@ -84,7 +84,7 @@ class Ct2Rollout:
     docstring). `config` is the run's TrainConfig; `tokenizer` the training tokenizer."""
 
     def __init__(self, config: Any, tokenizer: Any):
-        from mleforge.policies.engines.ct2_convert import import_ctranslate2
+        from mleforge.policies.extras import import_ctranslate2
 
         import_ctranslate2()  # the error that names [fast], before a model is converted
         self.tokenizer = tokenizer

@@ -52,7 +52,7 @@ from typing import Any
 import yaml
 
 from mleforge.eval.contamination import CHECKPOINT_RECORD, RUN_RECORD
-from mleforge.policies.checkpoint import ModelSource
+from mleforge.policies.model_source import ModelSource
 from mleforge.sandbox.stoppable import ExecutorStopped, StoppableExecutor
 from mleforge.tasks.task import Task
 from mleforge.train.checkpoints import (

@@ -3,7 +3,7 @@
     check_model(config)          what would load, or an error that says why not (no torch)
     load_for_training(config)    the model, its tokenizer and the LoRA config (None: full)
     save_trained(...)            the weights (an adapter, or the whole model), the tokenizer
-                                 and the marker naming the base (mleforge.policies.checkpoint)
+                                 and the marker naming the base (mleforge.policies.model_source)
 
 `bundled:NAME` is the bundled model's transformers folder (converted once from its GGUF,
 dequantized: a packed GGUF can be neither trained nor saved); `hf:PATH` a transformers
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mleforge.errors import MissingExtra, MleforgeError
-from mleforge.policies.checkpoint import (
+from mleforge.policies.model_source import (
     ModelSource,
     check_model_spec,
     resolve_model,

@@ -21,6 +21,10 @@ from mleforge.policies.base import SamplingConfig
 
 ENGINES = ("transformers", "ct2")
 ENGINE_CHOICES = ("auto", *ENGINES)
+# ctranslate2's weight types (`ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES`), listed
+# here so that a config is checked without importing ctranslate2.
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
+                 "float16", "bfloat16", "float32")
 
 
 @dataclass(frozen=True)

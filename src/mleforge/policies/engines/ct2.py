@@ -37,11 +37,9 @@ from typing import Any
 
 from mleforge.policies.base import PolicyError, SamplingConfig
 from mleforge.policies.engines.base import Generation, Sample
-from mleforge.policies.engines.ct2_convert import (
-    convert_model,
-    default_quantization,
-    import_ctranslate2,
-)
+from mleforge.policies.engines.ct2_convert import convert_model, default_quantization
+from mleforge.policies.engines.transformers import eos_token_ids
+from mleforge.policies.extras import import_ctranslate2
 
 RAGGED_TOKENS = 16
 _SEED_LOCK = threading.Lock()  # set_random_seed is process-wide; see the module docstring
@@ -103,8 +101,6 @@ class Ct2Engine:
         into a temporary folder that the engine deletes when it closes (and syncs). The folders
         are made in `temp_root` (None: the system's temporary directory), so a trainer can keep
         them where it can clean up after a killed process."""
-        from mleforge.policies.engines.transformers import eos_token_ids
-
         quantization = quantization or default_quantization(device.split(":")[0])
         started = time.perf_counter()
         folder = _temporary_folder(temp_root)

@@ -33,31 +33,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mleforge.errors import MissingExtra
 from mleforge.policies.base import PolicyError
+from mleforge.policies.bundled import MARKER, models_root, remove_stale_partials
+from mleforge.policies.engines.base import QUANTIZATIONS
+from mleforge.policies.engines.transformers import load_model
+from mleforge.policies.extras import import_ctranslate2
 
 if TYPE_CHECKING:
-    from mleforge.policies.hf import HFConfig
+    from mleforge.policies.hf_config import HFConfig
 
 log = logging.getLogger(__name__)
 
-# ctranslate2's weight types (`ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES`), listed
-# here so that a config is checked without importing ctranslate2.
-QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
-                 "float16", "bfloat16", "float32")
 CT2_MARKER = "mleforge-ct2.json"
 _FINGERPRINT_BLOCKS = 8  # 64 KiB blocks read from each large file to check it at every load
 _BLOCK = 64 << 10
 _HASH_CHUNK = 8 << 20
 _STALE_S = 3600
-
-
-def import_ctranslate2() -> Any:
-    try:
-        import ctranslate2
-    except ImportError:
-        raise MissingExtra("ctranslate2", "fast", "the ct2 engine") from None
-    return ctranslate2
 
 
 def default_quantization(device: str) -> str:
@@ -191,8 +182,6 @@ class CachedConversion:
 
 
 def cache_root(config: HFConfig) -> Path:
-    from mleforge.policies.bundled import models_root
-
     return Path(config.ct2_cache).expanduser() if config.ct2_cache else models_root() / "ct2"
 
 
@@ -228,9 +217,6 @@ def rebuild_conversion(config: HFConfig, found: CachedConversion, reason: str) -
 
 def _build(config: HFConfig, source: Path, adapter: Path | None, folder: Path, digest: str,
            quantization: str) -> None:
-    from mleforge.policies.bundled import remove_stale_partials
-    from mleforge.policies.engines.transformers import load_model
-
     remove_stale_partials(folder.parent, f".{folder.name}.", _STALE_S)
     log.info("converting %s to CTranslate2 %s (once per weights)", config.model, quantization)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.",
@@ -353,8 +339,6 @@ _NOT_MODEL = ("trainer_state.json",)  # what a training checkpoint keeps beside 
 def _is_model_file(path: Path) -> bool:
     """Weights, configs and tokenizer files: what a conversion reads. Not a checkpoint's
     optimizer state, not the bundled converter's marker (it names a library version)."""
-    from mleforge.policies.bundled import MARKER
-
     if not path.is_file() or path.name.startswith(".") or path.name in (MARKER, *_NOT_MODEL):
         return False
     if path.suffix == ".bin":  # pytorch_model*.bin or adapter_model.bin, not training_args.bin

@@ -16,22 +16,11 @@ from typing import TYPE_CHECKING, Any
 from mleforge.errors import MissingExtra
 from mleforge.policies.base import PolicyError, SamplingConfig, cut_at_stop, derive_seed
 from mleforge.policies.engines.base import Generation, Sample
+from mleforge.policies.extras import import_torch_transformers
+from mleforge.policies.model_source import is_adapter_folder, read_marker, resolve_model
 
 if TYPE_CHECKING:
-    from mleforge.policies.hf import HFConfig
-
-
-def import_torch_transformers() -> tuple[Any, Any]:
-    """torch and transformers, or an error naming the extra that installs them."""
-    try:
-        import torch
-    except ImportError:
-        raise MissingExtra("torch", "train", "the hf policy") from None
-    try:
-        import transformers
-    except ImportError:
-        raise MissingExtra("transformers", "train", "the hf policy") from None
-    return torch, transformers
+    from mleforge.policies.hf_config import HFConfig
 
 
 class TransformersEngine:
@@ -250,11 +239,9 @@ def checkpoint_sources(config: HFConfig) -> tuple[str, dict[str, Any], tuple[str
     """(base source, from_pretrained options, adapters to merge innermost first, tokenizer source).
 
     A folder may be a trained checkpoint (`mleforge sft`, `mleforge train`): a LoRA adapter that
-    names its base (mleforge.policies.checkpoint), perhaps itself a checkpoint; its base is
+    names its base (mleforge.policies.model_source), perhaps itself a checkpoint; its base is
     loaded, then its adapters, then `config.adapter`.
     """
-    from mleforge.policies.checkpoint import is_adapter_folder, read_marker, resolve_model
-
     source, options = model_source(config)
     adapters: tuple[str, ...] = ()
     tokenizer_source = source
