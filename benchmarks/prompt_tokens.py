@@ -32,8 +32,10 @@ from rich.console import Console
 from rich.table import Table
 
 from mleforge.agent.actions import edit_blocks, write_action
+from mleforge.agent.elision import target_view
 from mleforge.agent.journal import Journal
-from mleforge.agent.prompts import COMPACT_CODE_CHARS, PromptConfig, render_prompt, target_view
+from mleforge.agent.prompt_config import COMPACT_CODE_CHARS, PromptConfig
+from mleforge.agent.prompts import render_prompt
 from mleforge.agent.state import State
 from mleforge.agent.step import RewardContext, run_step
 from mleforge.expert.collect import CollectConfig, collect_samples, episode_states

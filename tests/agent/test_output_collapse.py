@@ -5,7 +5,8 @@ from __future__ import annotations
 from mleforge.agent.execution import collapse_repeats, trim_head_tail
 from mleforge.agent.journal import Journal
 from mleforge.agent.node import Node
-from mleforge.agent.prompts import PromptConfig, render_prompt
+from mleforge.agent.prompt_config import PromptConfig
+from mleforge.agent.prompts import render_prompt
 from mleforge.agent.state import State
 from tests.agent.test_prompts import SCRIPT, run, text_of
 

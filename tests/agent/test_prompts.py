@@ -9,7 +9,9 @@ import pytest
 from mleforge.agent.execution import ExecutionSummary
 from mleforge.agent.journal import Journal
 from mleforge.agent.node import Node
-from mleforge.agent.prompts import PromptConfig, data_overview, render_prompt
+from mleforge.agent.overview import data_overview
+from mleforge.agent.prompt_config import PromptConfig
+from mleforge.agent.prompts import render_prompt
 from mleforge.agent.state import State
 from mleforge.errors import ConfigError
 

@@ -7,9 +7,11 @@ import os
 import pytest
 
 from mleforge.agent.actions import parse_completion, write_action
+from mleforge.agent.elision import script_view, target_view
 from mleforge.agent.journal import Journal
 from mleforge.agent.node import Node
-from mleforge.agent.prompts import PromptConfig, render_prompt, script_view, target_view
+from mleforge.agent.prompt_config import PromptConfig
+from mleforge.agent.prompts import render_prompt
 from mleforge.agent.state import State
 from mleforge.errors import ConfigError
 from tests.agent.test_prompts import SCRIPT, make_journal, run, text_of

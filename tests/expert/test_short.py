@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from mleforge.agent.actions import keep_base_bookkeeping, parse_completion, write_action
+from mleforge.agent.elision import target_view
 from mleforge.agent.journal import Journal
 from mleforge.agent.node import Node
-from mleforge.agent.prompts import PromptConfig, render_prompt, target_view
+from mleforge.agent.prompt_config import PromptConfig
+from mleforge.agent.prompts import render_prompt
 from mleforge.agent.state import State
 from mleforge.agent.step import RewardContext, run_step
 from mleforge.errors import ConfigError

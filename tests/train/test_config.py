@@ -71,7 +71,7 @@ def test_sft_config_and_sft_modes():
 
 
 def test_the_compact_prompt_profile():
-    from mleforge.agent.prompts import COMPACT_CODE_CHARS, PromptConfig
+    from mleforge.agent.prompt_config import COMPACT_CODE_CHARS, PromptConfig
 
     prompt = compact_prompt()  # the compact preset's budgets, not a bare profile="compact"
     assert prompt == PromptConfig.compact() == PromptConfig.for_profile("compact", code_chars=COMPACT_CODE_CHARS)

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from mleforge.agent.journal import Journal
-from mleforge.agent.prompts import PromptConfig, render_prompt
+from mleforge.agent.prompt_config import PromptConfig
+from mleforge.agent.prompts import render_prompt
 from mleforge.agent.search import SearchConfig, next_state
 from mleforge.agent.step import RewardContext, StepOutcome, node_id_for, run_step
 from mleforge.errors import ConfigError

@@ -45,7 +45,7 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def cmd_eval_stepwise(args: argparse.Namespace) -> int:
-    from mleforge.agent.prompts import PromptConfig
+    from mleforge.agent.prompt_config import PromptConfig
     from mleforge.cli.engine_options import engine_options
     from mleforge.cli.options import executor_options
     from mleforge.cli.output import err_console, print_json, print_table

@@ -41,7 +41,8 @@ from typing import Any
 import numpy as np
 
 from mleforge.agent.journal import Journal
-from mleforge.agent.prompts import PromptConfig, render_prompt
+from mleforge.agent.prompt_config import PromptConfig
+from mleforge.agent.prompts import render_prompt
 from mleforge.agent.state import State
 from mleforge.agent.step import RewardContext, node_id_for, run_step
 from mleforge.errors import ConfigError

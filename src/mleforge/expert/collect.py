@@ -62,9 +62,11 @@ from typing import Any
 import numpy as np
 
 from mleforge.agent.actions import edit_blocks, keep_base_bookkeeping, write_action
+from mleforge.agent.elision import target_view
 from mleforge.agent.fields import RecordError
 from mleforge.agent.journal import Journal
-from mleforge.agent.prompts import PromptConfig, render_prompt, target_view
+from mleforge.agent.prompt_config import PromptConfig
+from mleforge.agent.prompts import render_prompt
 from mleforge.agent.runner import EpisodeRunner
 from mleforge.agent.state import State
 from mleforge.errors import ConfigError

@@ -7,7 +7,7 @@ import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from mleforge.agent.prompts import PROFILES, PromptConfig
+from mleforge.agent.prompt_config import PROFILES, PromptConfig
 from mleforge.agent.runner import EpisodeConfig
 from mleforge.agent.search import SearchConfig
 from mleforge.errors import ConfigError

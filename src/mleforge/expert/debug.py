@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from mleforge.agent.elision import trace_lines
 from mleforge.agent.node import Node
-from mleforge.agent.prompts import trace_lines
 from mleforge.agent.state import State
 from mleforge.expert.catalog import boosting_cap
 from mleforge.expert.choice import Choice, choice_rng, sample_spec, seeded_order, tried_approaches

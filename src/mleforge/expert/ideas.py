@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from mleforge.agent.prompts import data_overview
+from mleforge.agent.overview import data_overview
 from mleforge.errors import MissingExtra
 from mleforge.expert.catalog import catalog_ideas
 from mleforge.expert.profile import task_profile

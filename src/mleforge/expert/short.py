@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from mleforge.agent.actions import edit_blocks, keep_base_bookkeeping, write_action
-from mleforge.agent.prompts import script_view
+from mleforge.agent.elision import script_view
 from mleforge.agent.state import State
 from mleforge.expert.catalog import SCRIPT_BUDGET_S, catalog, script_seconds
 from mleforge.expert.choice import Choice, choice_rng, seeded_order

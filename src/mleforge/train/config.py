@@ -28,7 +28,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
-from mleforge.agent.prompts import PromptConfig
+from mleforge.agent.prompt_config import PromptConfig
 from mleforge.curriculum.config import SAMPLER_KINDS, BufferConfig, LearnabilityConfig
 from mleforge.errors import ConfigError
 from mleforge.policies.engines.base import ENGINE_CHOICES, QUANTIZATIONS

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mleforge.agent.prompts import Messages
+from mleforge.agent.prompt_text import Messages
 from mleforge.agent.state import State
 from mleforge.curriculum.buffer import StateBuffer
 from mleforge.curriculum.sampler import SampledBatch, Sampler

@@ -332,7 +332,7 @@ def collect_config(config: TrainConfig, tasks: Sequence[Task]) -> Any:
     """The `mleforge collect` of --sft auto: the template expert on the training tasks, its
     samples rendered with the run's prompt (refused where the run's PromptConfig is not a
     profile collect can render: the warm start must see the prompts GRPO will)."""
-    from mleforge.agent.prompts import PromptConfig
+    from mleforge.agent.prompt_config import PromptConfig
     from mleforge.expert.collect_config import CollectConfig
 
     profile, code_chars = config.prompt.profile, config.prompt.code_chars

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mleforge.agent.prompts import Messages, PromptConfig, render_prompt
+from mleforge.agent.prompt_config import PromptConfig
+from mleforge.agent.prompt_text import Messages
+from mleforge.agent.prompts import render_prompt
 from mleforge.agent.state import State
 from mleforge.tasks.task import Task
 
