@@ -18,7 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from mleforge.agent.actions import ActionFormatError, parse_completion
+from mleforge.agent.actions import Action, ActionFormatError, parse_completion
 from mleforge.agent.execution import ExecutionSummary
 from mleforge.agent.node import Node
 from mleforge.agent.state import State
@@ -153,32 +153,46 @@ def run_step(
         return StepOutcome(state, node, rewards.reward(state, node, None), None, None)
 
     result = executor.run(action.code, task, limits)
+    report = _grade_public(task, result, executor, rewards.feedback, keep_submission)
+    node = _ran_node(action, result, report, rewards.feedback, common)
+    return StepOutcome(state, node, rewards.reward(state, node, report), report, result)
+
+
+def _grade_public(task: Task, result: ExecutionResult, executor: Any, feedback: str,
+                  keep_submission: Path | None) -> GradeReport | None:
+    """The public grade of a run's submission (None when it wrote none); the executor's copy
+    of the run is discarded whatever happens."""
     report: GradeReport | None = None
     try:
         if result.submission_path:
             # The public part only: nothing of a run sees the private score before its final grade.
-            report = grade(task, result.submission_path, part="public", feedback=rewards.feedback)
+            report = grade(task, result.submission_path, part="public", feedback=feedback)
             if keep_submission is not None:
                 keep_submission.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(result.submission_path, keep_submission)
     finally:
         executor.discard(result)
+    return report
+
+
+def _ran_node(action: Action, result: ExecutionResult, report: GradeReport | None, feedback: str,
+              common: dict[str, Any]) -> Node:
+    """The node of an action that ran: valid when it ran clean and its submission graded valid."""
     execution = ExecutionSummary.from_result(result, max_chars=NODE_OUTPUT_CHARS)
     ran_clean = execution.succeeded
     valid = bool(report is not None and report.valid_submission and ran_clean)
-    node = Node(
+    return Node(
         plan=action.plan,
         code=action.code,
         execution=execution,
         # The public score, shown to the agent only with feedback "public" (and only a finite
         # one: an `mlebench:` grader's valid nan is a valid node with nothing to show).
-        score=(report.score if valid and report is not None and rewards.feedback == "public"
+        score=(report.score if valid and report is not None and feedback == "public"
                and report.score is not None and math.isfinite(report.score) else None),
         valid=valid,
         error=None if valid else _error_text(result, report),
         **{**common, "metadata": {**common["metadata"], "format": action.format, "n_edits": action.n_edits}},
     )
-    return StepOutcome(state, node, rewards.reward(state, node, report), report, result)
 
 
 def _error_text(result: ExecutionResult, report: GradeReport | None) -> str:

@@ -48,24 +48,27 @@ from pathlib import Path
 from typing import Any
 
 from mleforge.agent.state import State
+from mleforge.curriculum.buffer_stats import (
+    STATS_COLUMNS,
+    aggregate,
+    reaggregate,
+    refresh_priorities,
+    stats_from_row,
+    task_references,
+)
 from mleforge.curriculum.config import BufferConfig, LearnabilityConfig
 from mleforge.curriculum.errors import StateBufferError, StepNotSealed, StepSealed
-from mleforge.curriculum.learnability import state_potential
 from mleforge.curriculum.records import (
     SETUP_STEP,
     BufferSnapshot,
     Offer,
     RolloutRecord,
-    StateStats,
     TaskReference,
 )
+from mleforge.curriculum.rewind import RewindSummary, rewind_buffer
 from mleforge.curriculum.schema import buffer_path, connect, get_meta, put_meta
 from mleforge.errors import MleforgeError
 
-STATS_COLUMNS = (
-    "state_id, task_id, stage, direction, is_seed, rollouts, successes, reward_sum, reward_sumsq, "
-    "last_rewards, journal_best, best_score, last_sampled_step, stats_step, added_step"
-)
 POLL_S = 0.05
 
 
@@ -85,31 +88,8 @@ class FeedbackSummary:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class RewindSummary:
-    """What one `rewind` undid: the rollouts (events) of the later steps, the states they
-    added, and the states they had evicted (live again)."""
-
-    step: int  # sealed through this step now
-    from_step: int  # sealed through this step before
-    events_removed: int = 0
-    states_removed: int = 0
-    states_revived: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def _as_offers(items: Iterable[Offer | State]) -> list[Offer]:
     return [o if isinstance(o, Offer) else Offer(o) for o in items]
-
-
-def _better(a: float | None, b: float | None, direction: str) -> float | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return min(a, b) if direction == "lower" else max(a, b)
 
 
 class StateBuffer:
@@ -293,75 +273,10 @@ class StateBuffer:
         the seal of `step` left them, and the later `steps` rows are dropped. Refused
         when `step` is not sealed, or further back than `retain_evicted_steps` (what
         was purged before that is gone for good). Rewinding to the sealed step itself
-        changes nothing.
+        changes nothing (`mleforge.curriculum.rewind`).
         """
         with self._write() as cur:
-            sealed = get_meta(cur, "sealed_step")
-            if sealed is None or step > sealed or step < SETUP_STEP:
-                raise StateBufferError(
-                    f"cannot rewind to step {step}: the buffer is sealed through {sealed}; rewind to a "
-                    f"sealed step (>= {SETUP_STEP})"
-                )
-            if step == sealed:
-                return RewindSummary(step, sealed)
-            purged = get_meta(cur, "purged_through")
-            if purged is not None and purged > step:
-                raise StateBufferError(
-                    f"cannot rewind to step {step}: the buffer is sealed through {sealed} and rewinds at most "
-                    f"retain_evicted_steps ({self.config.retain_evicted_steps}) steps back (raise it for "
-                    "longer gaps between checkpoints)"
-                )
-            logged_from = get_meta(cur, "offers_logged_from", SETUP_STEP)
-            if step + 1 < logged_from:
-                raise StateBufferError(
-                    f"cannot rewind to step {step}: duplicate offers are logged from step {logged_from} on "
-                    "(the buffer was created by an older mleforge)"
-                )
-            (first_seq,) = cur.execute("SELECT MIN(seq) FROM states WHERE added_step > ?", (step,)).fetchone()
-            removed = cur.execute("DELETE FROM states WHERE added_step > ?", (step,)).rowcount
-            # Rows purged since (evicted at or before `step`) come back from the side table.
-            names = [r[1] for r in cur.execute("PRAGMA table_info(states)")]
-            for (text,) in cur.execute(
-                "SELECT row_json FROM purged_states WHERE purged_step > ? ORDER BY id", (step,)
-            ).fetchall():
-                row = json.loads(text)
-                if row["added_step"] <= step:  # not a re-offered copy added after `step`
-                    cur.execute(f"INSERT INTO states ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
-                                [row[n] for n in names])
-            cur.execute("DELETE FROM purged_states WHERE purged_step > ?", (step,))
-            touched = [r[0] for r in cur.execute(
-                "SELECT DISTINCT state_id FROM events WHERE step > ? ORDER BY state_id", (step,))]
-            events = cur.execute("DELETE FROM events WHERE step > ?", (step,)).rowcount
-            for sid, count, was_seed in cur.execute(
-                "SELECT state_id, COUNT(*), (SELECT d2.was_seed FROM duplicate_offers d2 WHERE d2.state_id = "
-                "d.state_id AND d2.step > ? ORDER BY d2.id LIMIT 1) FROM duplicate_offers d WHERE step > ? "
-                "GROUP BY state_id", (step, step),
-            ).fetchall():
-                cur.execute("UPDATE states SET offers = offers - ?, is_seed = ? WHERE state_id = ?",
-                            (count, was_seed, sid))
-            cur.execute("DELETE FROM duplicate_offers WHERE step > ?", (step,))
-            revived = cur.execute("UPDATE states SET evicted_step = NULL WHERE evicted_step > ?", (step,)).rowcount
-            cur.execute("DELETE FROM steps WHERE step > ?", (step,))
-            alive = {r[0] for r in cur.execute("SELECT state_id FROM states")}
-            self._reaggregate(cur, [sid for sid in touched if sid in alive])
-            # The seal of `step` recomputed priorities before it evicted: do the same with
-            # the states it evicted counted as live for the moment.
-            evicted_here = [r[0] for r in cur.execute("SELECT state_id FROM states WHERE evicted_step = ?", (step,))]
-            cur.execute("UPDATE states SET evicted_step = NULL WHERE evicted_step = ?", (step,))
-            self._refresh_priorities(cur, None)
-            cur.executemany("UPDATE states SET evicted_step = ? WHERE state_id = ?", [(step, s) for s in evicted_here])
-            if first_seq is not None:
-                put_meta(cur, "next_seq", first_seq)
-            # Ids continue from where `step` left them (an empty table has no counter yet).
-            for table in ("events", "duplicate_offers", "purged_states"):
-                (last,) = cur.execute(f"SELECT MAX(id) FROM {table}").fetchone()
-                if last is None:
-                    cur.execute("DELETE FROM sqlite_sequence WHERE name = ?", (table,))
-                else:
-                    cur.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = ?", (last, table))
-            put_meta(cur, "purged_through", step - self.config.retain_evicted_steps)
-            put_meta(cur, "sealed_step", step)
-        return RewindSummary(step, sealed, events, removed, revived)
+            return rewind_buffer(cur, step, self.config, self.learnability)
 
     # --- write internals (inside a transaction) ---
 
@@ -411,9 +326,9 @@ class StateBuffer:
             touched.append(sid)
             flags.append(True)
         # A state purged earlier and offered again keeps the history it earned.
-        self._reaggregate(cur, touched)
+        reaggregate(cur, touched, self.config.last_k)
         if refresh:
-            self._refresh_priorities(cur, touched)
+            refresh_priorities(cur, touched, self.learnability)
         return flags
 
     def _record(
@@ -435,75 +350,12 @@ class StateBuffer:
                 (step, r.state_id, known[r.state_id], r.rollout_id, float(r.reward), int(r.success), r.outcome,
                  r.score if r.outcome == "valid" else None, now),
             )
-        self._reaggregate(cur, list(known))
+        reaggregate(cur, list(known), self.config.last_k)
         if refresh:
-            self._refresh_priorities(cur, list(known))
-
-    def _reaggregate(self, cur: sqlite3.Connection, state_ids: Sequence[str]) -> None:
-        """Set the cached aggregates of `state_ids` from all their events."""
-        for sid in state_ids:
-            row = cur.execute("SELECT direction, journal_best FROM states WHERE state_id = ?", (sid,)).fetchone()
-            agg = self._aggregate(cur, sid, row[0], row[1], as_of=None)
-            cur.execute(
-                "UPDATE states SET rollouts = ?, successes = ?, reward_sum = ?, reward_sumsq = ?, last_rewards = ?, "
-                "best_score = ?, last_sampled_step = ?, stats_step = ? WHERE state_id = ?",
-                (agg["rollouts"], agg["successes"], agg["reward_sum"], agg["reward_sumsq"],
-                 json.dumps(agg["last_rewards"]), agg["best_score"], agg["last_step"], agg["last_step"], sid),
-            )
-
-    def _aggregate(
-        self, cur: sqlite3.Connection, sid: str, direction: str, journal_best: float | None, as_of: int | None
-    ) -> dict[str, Any]:
-        """A state's statistics from its events with step <= as_of (all when None)."""
-        bound = (sid,) if as_of is None else (sid, as_of)
-        where = "state_id = ?" + ("" if as_of is None else " AND step <= ?")
-        n, s, total, sq, last = cur.execute(
-            f"SELECT COUNT(*), COALESCE(SUM(success), 0), COALESCE(SUM(reward), 0.0), "
-            f"COALESCE(SUM(reward * reward), 0.0), MAX(step) FROM events WHERE {where}",
-            bound,
-        ).fetchone()
-        best_fn = "MIN" if direction == "lower" else "MAX"
-        (best,) = cur.execute(
-            f"SELECT {best_fn}(score) FROM events WHERE {where} AND outcome = 'valid' AND score IS NOT NULL", bound
-        ).fetchone()
-        recent = cur.execute(
-            f"SELECT reward FROM events WHERE {where} ORDER BY step DESC, id DESC LIMIT ?",
-            (*bound, self.config.last_k),
-        ).fetchall()
-        return {
-            "rollouts": n, "successes": s, "reward_sum": total, "reward_sumsq": sq,
-            "last_rewards": [r[0] for r in reversed(recent)],
-            "best_score": _better(journal_best, best, direction), "last_step": last,
-        }
-
-    def _refresh_priorities(self, cur: sqlite3.Connection, state_ids: Sequence[str] | None) -> None:
-        """Recompute the cached LP of `state_ids` (every live state when None) with the
-        current N, peer pools and task references: eviction ranks by the sampler's LP."""
-        # N counts evicted states' rollouts too: the events table keeps every rollout.
-        (n_total,) = cur.execute("SELECT COUNT(*) FROM events").fetchone()
-        pools = {
-            (task_id, stage): (k, n) for task_id, stage, k, n in cur.execute(
-                "SELECT task_id, stage, SUM(successes), SUM(rollouts) FROM states WHERE evicted_step IS NULL "
-                "GROUP BY task_id, stage"
-            ).fetchall()
-        }
-        refs = self._tasks(cur)
-        if state_ids is None:
-            rows = cur.execute(f"SELECT {STATS_COLUMNS} FROM states WHERE evicted_step IS NULL").fetchall()
-        else:
-            rows = []
-            for sid in state_ids:
-                rows += cur.execute(f"SELECT {STATS_COLUMNS} FROM states WHERE state_id = ?", (sid,)).fetchall()
-        updates = []
-        for row in rows:
-            stats = _stats_from_row(row)
-            peers = pools.get((stats.task_id, stats.stage), (0, 0))  # (0, 0): an evicted state with no live peers
-            lp = state_potential(stats, n_total, refs.get(stats.task_id), self.learnability, peers=peers).LP
-            updates.append((lp, stats.state_id))
-        cur.executemany("UPDATE states SET priority = ? WHERE state_id = ?", updates)
+            refresh_priorities(cur, list(known), self.learnability)
 
     def _seal(self, cur: sqlite3.Connection, step: int) -> int:
-        self._refresh_priorities(cur, None)
+        refresh_priorities(cur, None, self.learnability)
         evicted = 0
         per_task = self.config.max_states_per_task
         if per_task is not None:
@@ -558,12 +410,8 @@ class StateBuffer:
 
     # --- reads ---
 
-    def _tasks(self, cur: sqlite3.Connection) -> dict[str, TaskReference]:
-        rows = cur.execute("SELECT task_id, direction, top, baseline FROM tasks ORDER BY task_id").fetchall()
-        return {r[0]: TaskReference(*r) for r in rows}
-
     def tasks(self) -> dict[str, TaskReference]:
-        return self._tasks(self._conn)
+        return task_references(self._conn)
 
     def snapshot(self, as_of: int, *, wait_s: float = 0.0) -> BufferSnapshot:
         """The live states and their statistics as of the end of step `as_of`, sorted by
@@ -596,17 +444,17 @@ class StateBuffer:
         ).fetchall()
         states = []
         for row in rows:
-            stats = _stats_from_row(row)
+            stats = stats_from_row(row)
             stats_step = row[13]
             if stats_step is not None and stats_step > as_of:
                 # Events after `as_of` are in the cache: aggregate the earlier ones only.
-                agg = self._aggregate(cur, stats.state_id, stats.direction, row[10], as_of=as_of)
-                stats = _stats_from_row((*row[:5], agg["rollouts"], agg["successes"], agg["reward_sum"],
+                agg = aggregate(cur, stats.state_id, stats.direction, row[10], as_of, self.config.last_k)
+                stats = stats_from_row((*row[:5], agg["rollouts"], agg["successes"], agg["reward_sum"],
                                          agg["reward_sumsq"], json.dumps(agg["last_rewards"]), row[10],
                                          agg["best_score"], agg["last_step"], agg["last_step"], row[14]))
             states.append(stats)
         (counted,) = cur.execute("SELECT COUNT(*) FROM events WHERE step <= ?", (as_of,)).fetchone()
-        return BufferSnapshot(as_of, tuple(states), self._tasks(cur), rollouts_counted=counted)
+        return BufferSnapshot(as_of, tuple(states), task_references(cur), rollouts_counted=counted)
 
     def get_states(self, state_ids: Sequence[str]) -> list[State]:
         """The States of `state_ids`, in that order (evicted ones too, until deleted)."""
@@ -673,17 +521,6 @@ class StateBuffer:
             (events,) = cur.execute("SELECT COUNT(*) FROM events").fetchone()
             (steps,) = cur.execute("SELECT COUNT(*) FROM steps").fetchone()
         return {"live_states": live, "seeds": seeds, "evicted_kept": evicted, "rollouts": events, "sealed_steps": steps}
-
-
-def _stats_from_row(row: Sequence[Any]) -> StateStats:
-    (sid, task_id, stage, direction, is_seed, rollouts, successes, reward_sum, reward_sumsq,
-     last_rewards, _journal_best, best_score, last_sampled, _stats_step, added_step) = row
-    return StateStats(
-        state_id=sid, task_id=task_id, stage=stage, direction=direction, is_seed=bool(is_seed),
-        rollouts=rollouts, successes=successes, reward_sum=reward_sum, reward_sumsq=reward_sumsq,
-        last_rewards=tuple(json.loads(last_rewards)), best_score=best_score,
-        last_sampled_step=last_sampled, added_step=added_step,
-    )
 
 
 def _load_state(state_id: str, text: str) -> State:
