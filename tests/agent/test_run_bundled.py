@@ -44,7 +44,7 @@ def test_smollm2_run_saves_its_journal(tmp_path, prepared_registry, data_root):
 
 @pytest.mark.slow
 # Short completions (160 tokens) and two steps (a draft, then a debug or an improve of it)
-# keep it to a couple of minutes on 2 cores; what the model does with room to write whole
+# keep it short on a CPU; what the model does with room to write whole
 # solutions is measured by benchmarks/agent.py.
 @pytest.mark.skipif(os.environ.get("MLEFORGE_SKIP_QWEN") == "1", reason="MLEFORGE_SKIP_QWEN=1")
 def test_qwen_run_a_draft_and_its_next_step_on_cpu(tmp_path, prepared_registry, data_root):

@@ -1,8 +1,8 @@
 """The real bundled models: assembled, converted and sampled on the CPU, offline.
 
 They use the real model cache (`MLEFORGE_MODELS`, else ~/.cache/mleforge/models) so that the
-one-off conversion (SmolLM2 ~40 s, Qwen a few minutes on 2 cores) is paid once per machine,
-not once per test run. Set MLEFORGE_SKIP_QWEN=1 to skip the 0.5B model.
+one-off conversion (`python benchmarks/policies.py --fresh` times it) is paid once per
+machine, not once per test run. Set MLEFORGE_SKIP_QWEN=1 to skip the 0.5B model.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from mleforge.tasks.registry import BUILTIN_DIR, TaskRegistry
 from mleforge.tasks.spec import load_task_spec
 
 BUILTIN_IDS = sorted(load_task_spec(p.parent).id for p in BUILTIN_DIR.glob("*/task.yaml"))
-# Leaderboards that take more than ~20 s to rebuild on 2 cores (see benchmarks/prepare_and_grade.py).
+# Leaderboards slow to rebuild (`python benchmarks/prepare_and_grade.py` times each build).
 SLOW = {"chicago-ridership", "food-reviews", "hotel-rates", "house-prices", "leaf-species", "mnist-5k", "titanic"}
 
 

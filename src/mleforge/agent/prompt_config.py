@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from mleforge.errors import ConfigError
 
 PROFILES = ("full", "compact")
-# The compact profile's script budget (~750 Qwen2.5-Coder tokens). With model-building bodies elided
-# last, 123 of 128 of the template expert's short edits (expert/short.py) on the lite tasks' journals
-# stay on shown lines at 2,800 chars as at 4,000 (at 2,400: 13); benchmarks/prompt_tokens.py.
+# The compact profile's script budget, in characters: with model-building bodies elided last, the
+# smallest budget at which the template expert's short edits (expert/short.py) on the lite tasks'
+# journals stay on shown lines as often as with a larger one (`python benchmarks/prompt_tokens.py`
+# sweeps the budget against prompt tokens and the edits it shows).
 COMPACT_CODE_CHARS = 2800
 
 

@@ -228,9 +228,10 @@ def convert(model: BundledModel, root: Path | None = None) -> Path:
 
     The copy is saved in float32. It holds the dequantized GGUF weights exactly, it is what a
     CPU computes and trains in (without AVX-512 BF16, bfloat16 matmuls are several times
-    slower), and safetensors then loads it without a cast: measured on 2 CPU cores, Qwen
-    loads in 0.3 s from float32 against 3.6-8 s from bfloat16 upcast to float32. The price is
-    twice the disk (Qwen ~2.5 GB, SmolLM2 ~0.5 GB). On a GPU, HFPolicy casts to bfloat16.
+    slower), and safetensors then loads it without a cast, where a bfloat16 copy would be
+    upcast to float32 at every load (`python benchmarks/policies.py --fresh --engines
+    transformers-float32 transformers-bfloat16` times both loads). The price is twice the disk
+    (Qwen ~2.5 GB, SmolLM2 ~0.5 GB). On a GPU, HFPolicy casts to bfloat16.
     """
     folder = (root or models_root()) / model.name / "hf"
     if is_converted(folder, model):

@@ -5,22 +5,20 @@
     report = engine.sync(model)                               # after each optimizer step
     engine, report = refresh_engine(model, tokenizer, engine) # the same, one call for both
 
-How it generates (each choice measured; see benchmarks/policies.py):
+How it generates (`python benchmarks/policies.py --engines ct2-int8 --batches 1 4 --group 4`
+times prefill and decoding for copies of a prompt against one prompt with several samples):
 - The prompt goes in whole (`include_prompt_in_result=False`): ctranslate2 then forwards it in
   one pass instead of one decoding step per prompt token.
 - The n samples of one prompt are one input with `num_hypotheses=n`: the prompt is prefilled
-  once and its state copied n times. n copies of the prompt would prefill it n times
-  (SmolLM2 int8, a 2,064-token prompt, 16 new tokens, 1 thread: 98 s for 4 copies, 17 s for
-  one prompt with 4 hypotheses).
+  once and its state copied n times. n copies of the prompt would prefill it n times.
 - Prompts share a batch only when their lengths differ by at most RAGGED_TOKENS: ctranslate2
-  prefills a batch up to its shortest prompt and feeds the rest one decoding step at a time
-  (same setting: 4 prompts 0, 50, 100 and 150 tokens shorter than 2,064 took 165 s batched,
-  against 98 s for 4 equal ones).
+  prefills a batch up to its shortest prompt and feeds the rest one decoding step at a time,
+  so a batch of ragged prompts costs more than the prefill it shares saves.
 - Stop strings end a row early through the per-token callback, as `stop_strings` does in
   transformers, and the same callback collects each token's log-probability when asked.
 - Seeds: ctranslate2 seeds a generator thread's random numbers once, at its first sample, from
   the process-wide `set_random_seed`. So a seeded call that samples starts a fresh generator
-  (reloading the converted files: ~0.15 s for SmolLM2) and seeds it under a process-wide lock;
+  (it reloads the converted files, cheap beside a generation) and seeds it under a process-wide lock;
   the same seed and prompts then give the same samples, whatever ran before.
 """
 

@@ -8,7 +8,7 @@ hold. Two of its habits would harm a model that lives on (a trainer's): its load
 layer's modules once read, and int8 quantization scales float32 weights in place. So it gets a
 structural copy whose parameters are copies (LoRA deltas merged into them, the original adapter
 left as it was), and the garbage collector's existing objects are frozen while it runs (it calls
-`gc.collect()` once per layer, which costs ~0.4 s each in a process holding torch).
+`gc.collect()` once per layer, and each collection walks every object of a process holding torch).
 
 The cache: `<models root>/ct2/<name>-<weights hash>-<quantization>/`, keyed by the SHA-256 of
 the model folder's files and the adapter's. A conversion is written to a staging folder and
@@ -312,9 +312,9 @@ def local_model_folder(config: HFConfig) -> Path:
 def weights_sha256(model: Path, adapter: Path | None, memo: Path) -> str:
     """One SHA-256 over the model folder's model files and the adapter's (names, contents).
 
-    Hashing a 2.5 GB folder takes ~15 s on a busy CPU, so each file's hash is remembered in
-    `memo` under its path, size, inode and modification time, and computed again only when
-    one of those changes.
+    Hashing gigabytes of weights at every load would cost more than loading them, so each
+    file's hash is remembered in `memo` under its path, size, inode and modification time,
+    and computed again only when one of those changes.
     """
     known = _read_memo(memo)
     seen: dict[str, Any] = {}
