@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 # name -> the direction in which the metric is better
-DIRECTIONS: dict[str, str] = {
+METRIC_DIRECTIONS: dict[str, str] = {
     "accuracy": "higher",
     "macro_f1": "higher",
     "qwk": "higher",
@@ -23,7 +23,7 @@ DIRECTIONS: dict[str, str] = {
 MAP_DIRECTION = "higher"  # map@K, for any K >= 1
 _MAP_RE = re.compile(r"^map@([1-9][0-9]*)$")
 
-METRIC_NAMES_HELP = f"one of {', '.join(sorted(DIRECTIONS))} or map@K (e.g. map@3)"
+METRIC_NAMES_HELP = f"one of {', '.join(sorted(METRIC_DIRECTIONS))} or map@K (e.g. map@3)"
 
 
 def map_k(name: str) -> int | None:
@@ -34,12 +34,12 @@ def map_k(name: str) -> int | None:
 
 def metric_direction(name: str) -> str:
     """"higher" or "lower": which way the named metric is better. Raises KeyError for unknown names."""
-    if name in DIRECTIONS:
-        return DIRECTIONS[name]
+    if name in METRIC_DIRECTIONS:
+        return METRIC_DIRECTIONS[name]
     if map_k(name) is not None:
         return MAP_DIRECTION
     raise KeyError(name)
 
 
 def metric_names() -> list[str]:
-    return [*sorted(DIRECTIONS), "map@K"]
+    return [*sorted(METRIC_DIRECTIONS), "map@K"]
