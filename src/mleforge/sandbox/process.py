@@ -87,7 +87,7 @@ def _parse_events(raw: bytes, complete: bool) -> tuple[list[dict], bool]:
     each a whole line. Anything else means a script reached the pipe: parsing stops at
     the first line that is not one of ours (a forged line plus a stray byte would make
     the real exit line unparsable, and the forged one the last good line), and the
-    run is not believed (see LocalExecutor._result). `complete`: the capture holds all
+    run is not believed (see launch.result_of). `complete`: the capture holds all
     that was written (else its first line may be cut)."""
     events: list[dict] = []
     tampered = not complete
