@@ -39,8 +39,9 @@ Nothing the script forges here can earn a score: scores come from grading the
 submission file in the parent.
 """
 
-# The C module: `signal` imports enum, ~8 ms of start-up in every run. The script's
-# own `import signal` is unaffected.
+# The C module: `signal` imports enum, start-up every run would pay (`python
+# benchmarks/sandbox.py` measures a run's start). The script's own `import signal` is
+# unaffected.
 import _signal as signal
 import marshal
 import os
@@ -293,7 +294,8 @@ def _run_script(script: str, status_fd: int, pdeathsig: bool, warm: bool = False
     signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = [script]
     sys.path[0] = os.path.dirname(script)
-    # What `python script.py` does, without runpy's imports (pkgutil, typing: ~10 ms).
+    # What `python script.py` does, without runpy's imports (pkgutil, typing), which every
+    # run would pay at its start (see `python benchmarks/sandbox.py --latency-only`).
     # The same module attributes, too: multiprocessing's spawn reads __spec__ and
     # __file__ to import the script again in its workers.
     import _frozen_importlib_external  # already loaded: costs nothing
@@ -329,7 +331,8 @@ def _run_script(script: str, status_fd: int, pdeathsig: bool, warm: bool = False
 
 def _exit_warm(code, main) -> None:
     """End a warm pool's run as interpreter shutdown would, less tearing down the modules
-    the zygote preloaded (which costs hundreds of ms with pandas and scikit-learn):
+    the zygote preloaded (with pandas and scikit-learn that would give back much of the
+    start-up the pool saves; its per-run time is in `python benchmarks/sandbox.py`):
     non-daemon threads are waited for, atexit handlers run, the script's globals are
     released (so its open files are flushed and closed), the output is flushed."""
     if code is None:

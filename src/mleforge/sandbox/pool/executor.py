@@ -29,14 +29,15 @@ supervisor, same result):
   of the zygote's memory (modules, nothing secret: the zygote never sees a
   script, credentials or private data) and inherits its preloaded modules.
   RLIMIT_DATA and RLIMIT_AS are memory_mb (and the address-space limit) *on
-  top of* what the zygote already uses (measured at start: ~200-300 MB with the
-  default preload), so a run gets that much more than under the local
+  top of* what the zygote already uses (it measures that once it has preloaded;
+  `PoolExecutor.zygotes` shows it), so a run gets that much more than under the local
   executor, where the same imports count against memory_mb. peak_memory_mb
   includes the inherited resident set. `random` and numpy's global generator
   are reseeded in each run, and tempfile forgets any folder it cached. A run
   ends as interpreter shutdown would (threads joined, atexit handlers run, the
   script's globals released and output flushed) but without tearing the
-  preloaded modules down, which would cost hundreds of milliseconds: an object
+  preloaded modules down, which would give back much of the start-up the pool saves
+  (see its per-run time in `python benchmarks/sandbox.py`): an object
   kept alive only inside another module is not finalized. One zygote serves one
   task's data (and CPU share, since BLAS thread pools are sized at import): the
   pool keeps up to `max_zygotes` of them.
