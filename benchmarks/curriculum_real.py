@@ -215,14 +215,13 @@ def check_work(work: Path, settings: dict[str, Any]) -> None:
 
 def shared_executor(config: Any, work: Path) -> Any:
     """The executor of the shared collect and the evaluations: the one `mleforge train` picks
-    (auto: `mleforge.train.grpo.auto_executor`, the warm pool wherever it isolates its runs,
+    (auto: `make_executor("auto")`, the warm pool wherever it isolates its runs,
     else local), behind a result cache (an identical completion of the same state is graded
     once across all the runs)."""
     from mleforge.sandbox import CachingExecutor, make_executor
-    from mleforge.train.grpo import auto_executor
 
     options = {} if config.isolation is None else {"isolation": config.isolation}
-    executor = auto_executor(options) if config.executor == "auto" else make_executor(config.executor, **options)
+    executor = make_executor(config.executor, **options)
     return CachingExecutor(executor, work / "results.sqlite")
 
 

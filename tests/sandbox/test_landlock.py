@@ -12,7 +12,9 @@ import pytest
 
 from mleforge.sandbox import RunLimits, seccomp
 from mleforge.sandbox.interpreter import supervisor_command
-from mleforge.sandbox.local import Isolation, LocalExecutor, landlock_of_run
+from mleforge.sandbox.isolation import Isolation, landlock_of_run
+from mleforge.sandbox.launch import result_of
+from mleforge.sandbox.local import LocalExecutor
 from mleforge.sandbox.output import CappedCapture
 from mleforge.sandbox.pool.executor import PoolExecutor
 from mleforge.sandbox.process import Watched, _parse_events
@@ -56,9 +58,7 @@ def test_the_supervisors_exit_line_sets_the_results_landlock(tmp_path, recorded,
                           seccomp="ptrace denied", landlock=recorded)
     exit_event = {"event": "exit", "returncode": 0, "signal": None, "timed_out": False, "cpu_s": 0.01,
                   "maxrss_kb": 9000, "landlock_off": not_entered}
-    with LocalExecutor("none", base_dir=tmp_path) as executor:
-        result = executor._result("r1", "t", "print(1)", RunLimits(), isolation, _watched(exit_event),
-                                  None, None, 0.0, None)
+    result = result_of("r1", "t", "print(1)", RunLimits(), isolation, _watched(exit_event), None, None, 0.0, None)
     assert result.ok and result.landlock == expected
     landlock_warnings = [w for w in result.warnings if "Landlock domain" in w]
     assert landlock_warnings == ([f"the script ran outside its Landlock domain ({not_entered}): /proc/<pid>/mem "

@@ -228,9 +228,9 @@ def test_without_a_working_bwrap_it_refuses_to_run(kind, isolation, bwrap, canar
 
 def test_unisolated_only_when_asked_and_it_says_so_once(caplog, tmp_path, monkeypatch):
     """Deliberately isolation none (by the environment variable): the loud warning once."""
-    import mleforge.sandbox.local as local
+    import mleforge.sandbox.isolation as isolation_module
 
-    monkeypatch.setattr(local, "_warned", set())
+    monkeypatch.setattr(isolation_module, "_warned", set())
     monkeypatch.setenv("MLEFORGE_ISOLATION", "none")
     with caplog.at_level(logging.WARNING, logger="mleforge.sandbox"):
         for _ in range(2):
@@ -291,7 +291,7 @@ def test_discard_frees_a_submission(executor, canary):
 
 
 def test_unreadable_public_data_is_refused_as_root(canary, tmp_path):
-    import mleforge.sandbox.local as local
+    from mleforge.sandbox.isolation import require_world_readable
 
     if os.geteuid() != 0:
         pytest.skip("only root runs the sandbox under a uid of its own")
@@ -300,7 +300,7 @@ def test_unreadable_public_data_is_refused_as_root(canary, tmp_path):
     (folder / "train.csv").write_text("x\n")
     os.chmod(folder / "train.csv", 0o600)
     with pytest.raises(SandboxError, match="chmod -R a\\+rX"):
-        local._require_world_readable(folder)
+        require_world_readable(folder)
 
 
 def test_worker_processes_work_inside(executor, canary):

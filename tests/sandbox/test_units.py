@@ -172,7 +172,7 @@ def test_private_data_under_anything_the_sandbox_sees_is_refused(tmp_path):
     from types import SimpleNamespace
 
     from mleforge.errors import SandboxError
-    from mleforge.sandbox.local import require_hidden, visible_roots
+    from mleforge.sandbox.isolation import require_hidden, visible_roots
 
     assert "/usr" in visible_roots(())
     under_usr = SimpleNamespace(private_dir=Path("/usr/local/share/mleforge/t/private"),

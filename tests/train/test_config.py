@@ -157,9 +157,9 @@ def test_train_auto_executor_is_the_pool_wherever_it_isolates(tmp_path, monkeypa
     """executor auto: the warm pool when it isolates runs as asked (root or not: its probe is
     a real run), else the local executor, never an unisolated pool in place of isolation."""
     from mleforge.errors import SandboxError
+    from mleforge.sandbox import make_executor
     from mleforge.sandbox.local import LocalExecutor
     from mleforge.sandbox.pool.executor import PoolExecutor
-    from mleforge.train.grpo import auto_executor
 
     monkeypatch.delenv("MLEFORGE_ISOLATION", raising=False)
     with LocalExecutor("auto", base_dir=tmp_path / "probe") as probe:
@@ -167,14 +167,14 @@ def test_train_auto_executor_is_the_pool_wherever_it_isolates(tmp_path, monkeypa
             probe.resolve_isolation()
         except SandboxError as exc:
             pytest.skip(f"bwrap does not work here: {exc}")
-    with auto_executor({"base_dir": tmp_path / "a"}) as chosen:
+    with make_executor("auto", base_dir=tmp_path / "a") as chosen:
         assert type(chosen) is PoolExecutor and chosen.isolation == "bwrap"
-    with auto_executor({"base_dir": tmp_path / "b", "isolation": "none"}) as chosen:
+    with make_executor("auto", base_dir=tmp_path / "b", isolation="none") as chosen:
         assert type(chosen) is PoolExecutor and chosen.isolation == "none"
 
     def cannot(self):
         raise SandboxError("no user namespace inside bwrap here")
 
     monkeypatch.setattr(PoolExecutor, "_choose_isolation", cannot)
-    with auto_executor({"base_dir": tmp_path / "c"}) as chosen:
+    with make_executor("auto", base_dir=tmp_path / "c") as chosen:
         assert type(chosen) is LocalExecutor and chosen.isolation == "bwrap"

@@ -144,7 +144,7 @@ def test_training_close_releases_the_rollout_engine_when_the_reward_close_fails(
 
 
 def test_auto_executor_stops_the_pool_on_any_error(monkeypatch):
-    from mleforge.train import grpo
+    from mleforge.sandbox import make_executor
 
     stopped = []
 
@@ -155,7 +155,7 @@ def test_auto_executor_stops_the_pool_on_any_error(monkeypatch):
         def close(self):
             stopped.append(True)
 
-    monkeypatch.setattr("mleforge.sandbox.make_executor", lambda kind, **options: Pool())
+    monkeypatch.setattr("mleforge.sandbox.pool.executor.PoolExecutor", lambda **options: Pool())
     with pytest.raises(KeyboardInterrupt):
-        grpo.auto_executor({})
+        make_executor("auto")
     assert stopped == [True]

@@ -13,7 +13,8 @@ Executors (`make_executor(kind)`): `local` (a process tree per run, under bwrap
 where it works), `pool` (every run forked from a zygote that has already
 imported numpy, pandas and scikit-learn; pool/executor.py says how it is isolated) and
 `ray` (one Ray task per run, the local executor on the node; `pip install
-'mleforge[ray]'`). Any of them can sit behind a `CachingExecutor`, which turns
+'mleforge[ray]'`); `auto` is the warm pool wherever it isolates its runs as
+asked, else local. Any of them can sit behind a `CachingExecutor`, which turns
 an identical earlier run into a lookup in a SQLite `ResultCache`.
 """
 

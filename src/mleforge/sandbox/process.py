@@ -87,7 +87,7 @@ def _parse_events(raw: bytes, complete: bool) -> tuple[list[dict], bool]:
     each a whole line. Anything else means a script reached the pipe: parsing stops at
     the first line that is not one of ours (a forged line plus a stray byte would make
     the real exit line unparsable, and the forged one the last good line), and the
-    run is not believed (see LocalExecutor._result). `complete`: the capture holds all
+    run is not believed (see launch.result_of). `complete`: the capture holds all
     that was written (else its first line may be cut)."""
     events: list[dict] = []
     tampered = not complete
@@ -161,6 +161,66 @@ def _read_ready(
             over_output()
 
 
+@dataclass
+class _Progress:
+    """Where one watch stands: the parent's deadline and next disk check, and what has
+    happened so far."""
+
+    deadline: float
+    next_disk: float
+    kill: Callable[[bool], None]
+    reason: str | None = None  # why the parent killed the run
+    killed_at: float | None = None
+    ended: float | None = None  # when the spawned process exited
+    drain_until: float = 0.0
+    stuck: bool = False
+
+    def stop(self, why: str) -> None:
+        """Kill the run for `why` (the first reason is the one kept)."""
+        if self.reason is None:
+            self.reason = why
+            self.killed_at = time.monotonic()
+            self.kill(True)
+
+    def finished(self, captures: dict, now: float) -> bool:
+        """Done: the process ended and its pipes are drained (or the drain ran out), or a
+        killed run outlived STUCK_S (then `stuck`)."""
+        if self.ended is not None and (len(captures) == 0 or now >= self.drain_until):
+            return True
+        if self.ended is None and self.killed_at is not None and now - self.killed_at > STUCK_S:
+            self.stuck = True
+            return True
+        return False
+
+    def exited(self, status: CappedCapture) -> None:
+        self.ended = time.monotonic()
+        self.drain_until = self.ended + DRAIN_S
+        # Whatever the script left running must not hold our pipes open.
+        self.kill(b'"event": "exit"' not in bytes(status.tail))
+
+    def check_limits(
+        self,
+        cancel: threading.Event | None,
+        over_disk: Callable[[], bool],
+        over_memory: Callable[[], bool] | None,
+    ) -> None:
+        """While the run goes on: the deadline, the cancel event, and every DISK_CHECK_S
+        its disk and memory."""
+        now = time.monotonic()
+        if self.ended is not None or self.reason is not None:
+            return
+        if now >= self.deadline:
+            self.stop("timeout")
+        elif cancel is not None and cancel.is_set():
+            self.stop("cancelled")
+        elif now >= self.next_disk:
+            if over_disk():
+                self.stop("disk")
+            elif over_memory is not None and over_memory():
+                self.stop("memory")
+            self.next_disk = now + DISK_CHECK_S
+
+
 def watch(
     proc: subprocess.Popen | Spawned,
     status_fd: int,
@@ -183,61 +243,33 @@ def watch(
     pidfd = spawned.exit_fd
     selector = _selector([*captures, *([] if pidfd is None else [pidfd])])
     # The supervisor enforces timeout_s itself; this is the backstop if it cannot.
-    deadline = started + limits.timeout_s + limits.kill_grace_s
-    next_disk = time.monotonic() + DISK_CHECK_S
-    reason: str | None = None
-    killed_at: float | None = None
-    ended: float | None = None
-    drain_until = 0.0
-    stuck = False
-
-    def stop(why: str) -> None:
-        nonlocal reason, killed_at
-        if reason is None:
-            reason = why
-            killed_at = time.monotonic()
-            kill(True)
-
+    progress = _Progress(deadline=started + limits.timeout_s + limits.kill_grace_s,
+                         next_disk=time.monotonic() + DISK_CHECK_S, kill=kill)
     try:
         while True:
             now = time.monotonic()
-            if ended is not None and (len(captures) == 0 or now >= drain_until):
+            if progress.finished(captures, now):
                 break
-            if ended is None and killed_at is not None and now - killed_at > STUCK_S:
-                stuck = True
-                break
-            wait = _wait_s(now, deadline, next_disk, None if ended is None else drain_until,
-                           polls_cancel=cancel is not None, polls_exit=pidfd is None, killed_at=killed_at)
-            _read_ready(selector, wait, captures, pidfd, status, limits.output_limit_bytes, lambda: stop("output"))
-            if ended is None and spawned.exited():
-                ended = time.monotonic()
-                drain_until = ended + DRAIN_S
-                # Whatever the script left running must not hold our pipes open.
-                kill(b'"event": "exit"' not in bytes(status.tail))
+            wait = _wait_s(now, progress.deadline, progress.next_disk,
+                           None if progress.ended is None else progress.drain_until, polls_cancel=cancel is not None,
+                           polls_exit=pidfd is None, killed_at=progress.killed_at)
+            _read_ready(selector, wait, captures, pidfd, status, limits.output_limit_bytes,
+                        lambda: progress.stop("output"))
+            if progress.ended is None and spawned.exited():
+                progress.exited(status)
                 continue
-            now = time.monotonic()
-            if ended is None and reason is None:
-                if now >= deadline:
-                    stop("timeout")
-                elif cancel is not None and cancel.is_set():
-                    stop("cancelled")
-                elif now >= next_disk:
-                    if over_disk():
-                        stop("disk")
-                    elif over_memory is not None and over_memory():
-                        stop("memory")
-                    next_disk = now + DISK_CHECK_S
+            progress.check_limits(cancel, over_disk, over_memory)
     finally:
         selector.close()
         if pidfd is not None and spawned.owns_exit_fd:
             os.close(pidfd)
     if captures:  # a leftover process still holds a pipe: end it for good
         kill(True)
-    wall = (ended or time.monotonic()) - started
+    wall = (progress.ended or time.monotonic()) - started
     events, tampered = _parse_events(bytes(status.tail), complete=status.total == len(status.tail))
     return Watched(
-        stdout=out, stderr=err, events=events, reason=reason,
-        exit_code=None, wall_s=wall, stuck=stuck, tampered=tampered,
+        stdout=out, stderr=err, events=events, reason=progress.reason,
+        exit_code=None, wall_s=wall, stuck=progress.stuck, tampered=tampered,
     )
 
 

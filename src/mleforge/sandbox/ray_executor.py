@@ -40,8 +40,8 @@ from typing import Any
 
 from mleforge.errors import MissingExtra, SandboxError
 from mleforge.sandbox.batch import BatchRuns
+from mleforge.sandbox.isolation import requested_isolation, require_hidden
 from mleforge.sandbox.limits import MIB, RunLimits
-from mleforge.sandbox.local import requested_isolation, require_hidden
 from mleforge.sandbox.result import ExecutionResult
 from mleforge.sandbox.workspace import SUBMISSION_NAME, Session, remove_tree
 from mleforge.tasks.preparation import require_prepared

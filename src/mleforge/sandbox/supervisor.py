@@ -39,8 +39,9 @@ Nothing the script forges here can earn a score: scores come from grading the
 submission file in the parent.
 """
 
-# The C module: `signal` imports enum, ~8 ms of start-up in every run. The script's
-# own `import signal` is unaffected.
+# The C module: `signal` imports enum, start-up every run would pay (`python
+# benchmarks/sandbox.py` measures a run's start). The script's own `import signal` is
+# unaffected.
 import _signal as signal
 import marshal
 import os
@@ -56,6 +57,7 @@ _IGNORED_HERE = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR2")
 PARENT_DIED = signal.SIGUSR1  # the death signal asked for without bwrap
 LIFELINE_S = 0.5  # how often the wait checks that the executor still reads the status pipe
 _REAPED: list = []  # the script, once waited for
+_SCRIPT: list = []  # the script's pid, once forked (for the executor's death signal)
 
 
 def _reader_gone(fd: int) -> bool:
@@ -292,7 +294,8 @@ def _run_script(script: str, status_fd: int, pdeathsig: bool, warm: bool = False
     signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = [script]
     sys.path[0] = os.path.dirname(script)
-    # What `python script.py` does, without runpy's imports (pkgutil, typing: ~10 ms).
+    # What `python script.py` does, without runpy's imports (pkgutil, typing), which every
+    # run would pay at its start (see `python benchmarks/sandbox.py --latency-only`).
     # The same module attributes, too: multiprocessing's spawn reads __spec__ and
     # __file__ to import the script again in its workers.
     import _frozen_importlib_external  # already loaded: costs nothing
@@ -328,7 +331,8 @@ def _run_script(script: str, status_fd: int, pdeathsig: bool, warm: bool = False
 
 def _exit_warm(code, main) -> None:
     """End a warm pool's run as interpreter shutdown would, less tearing down the modules
-    the zygote preloaded (which costs hundreds of ms with pandas and scikit-learn):
+    the zygote preloaded (with pandas and scikit-learn that would give back much of the
+    start-up the pool saves; its per-run time is in `python benchmarks/sandbox.py`):
     non-daemon threads are waited for, atexit handlers run, the script's globals are
     released (so its open files are flushed and closed), the output is flushed."""
     if code is None:
@@ -369,22 +373,7 @@ def supervise(cfg: dict) -> None:
     for name in _IGNORED_HERE:
         signal.signal(getattr(signal, name), signal.SIG_IGN)
     if cfg.get("pdeathsig"):
-        # Not SIGKILL: dying at once would orphan what the script started. Told that
-        # the executor is gone, we kill our whole tree first (as the subreaper, every
-        # process the script left is in it).
-        executor = os.getppid()
-        child = 0
-
-        def on_parent_death(signum, frame):
-            if os.getppid() != executor:  # not the script sending the same signal
-                if child:
-                    _kill_all(child)
-                os._exit(1)
-
-        signal.signal(PARENT_DIED, on_parent_death)
-        _prctl(PR_SET_PDEATHSIG, PARENT_DIED)
-        if os.getppid() != executor:
-            os._exit(1)
+        _die_with_executor()
     if cfg.get("subreaper"):
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
     if cfg.get("drop_to"):
@@ -394,8 +383,43 @@ def supervise(cfg: dict) -> None:
     # open our status pipe, memory or environment through /proc/<our pid>/.
     _prctl(PR_SET_DUMPABLE, 0)
     _emit(status_fd, {"event": "started", "pid": os.getpid(), "uid": os.getuid()})
+    child, report_r = _spawn_script(cfg, status_fd)
+    _emit(status_fd, {"event": "spawned", "pid": child})
+    timed_out = _start_timer(child, status_fd, float(cfg["timeout_s"]))
+    status, cpu_s, maxrss = _reap(child)
+    code = os.waitstatus_to_exitcode(status) if status is not None else None
+    _emit(status_fd, {
+        "event": "exit",
+        "returncode": code if code is not None and code >= 0 else None,
+        "signal": -code if code is not None and code < 0 else None,
+        "timed_out": timed_out[0],
+        "cpu_s": cpu_s,
+        "maxrss_kb": maxrss,
+        "landlock_off": _landlock_report(report_r) if report_r is not None else None,
+    })
 
-    # The executor may die while we fork: its death signal waits until `child` is set,
+
+def _die_with_executor() -> None:
+    """Ask for PARENT_DIED when the executor dies. Not SIGKILL: dying at once would orphan
+    what the script started. Told that the executor is gone, we kill our whole tree first
+    (as the subreaper, every process the script left is in it)."""
+    executor = os.getppid()
+
+    def on_parent_death(signum, frame):
+        if os.getppid() != executor:  # not the script sending the same signal
+            if _SCRIPT:
+                _kill_all(_SCRIPT[0])
+            os._exit(1)
+
+    signal.signal(PARENT_DIED, on_parent_death)
+    _prctl(PR_SET_PDEATHSIG, PARENT_DIED)
+    if os.getppid() != executor:
+        os._exit(1)
+
+
+def _spawn_script(cfg: dict, status_fd: int) -> tuple:
+    """Fork the script's process: (its pid, the read end of its Landlock report or None)."""
+    # The executor may die while we fork: its death signal waits until _SCRIPT is set,
     # so the handler kills the new script instead of exiting and leaving it running.
     signal.pthread_sigmask(signal.SIG_BLOCK, {PARENT_DIED})
     supervisor = os.getpid()
@@ -408,13 +432,17 @@ def supervise(cfg: dict) -> None:
             os.close(report_r)
             _enter_landlock(report_w)
         _run_script(cfg["script"], status_fd, bool(cfg.get("pdeathsig")), bool(cfg.get("warm")), supervisor)
+    _SCRIPT.append(child)
     if report_w is not None:
         os.close(report_w)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {PARENT_DIED})
-    _emit(status_fd, {"event": "spawned", "pid": child})
+    return child, report_r
 
-    timed_out = False
-    timeout_s = float(cfg["timeout_s"])
+
+def _start_timer(child: int, status_fd: int, timeout_s: float) -> list:
+    """The wall-clock timeout, and the lifeline: a timer that ticks every LIFELINE_S until
+    the deadline. Returns [timed out?], set by the tick that kills the run at the deadline."""
+    timed_out = [False]
     deadline = time.monotonic() + timeout_s
 
     def on_alarm(signum, frame):
@@ -422,12 +450,11 @@ def supervise(cfg: dict) -> None:
         # pipe. Its death signal (bwrap's --die-with-parent, or ours) can miss: bwrap asks
         # for it only after its clone, so an executor killed in between leaves bwrap an
         # orphan that nothing signals. Then we kill the run ourselves.
-        nonlocal timed_out
         if _REAPED:
             return
         left = deadline - time.monotonic()
         if left <= 0:
-            timed_out = True
+            timed_out[0] = True
             _kill_all(child)
             return
         if _reader_gone(status_fd):
@@ -437,18 +464,7 @@ def supervise(cfg: dict) -> None:
 
     signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, min(LIFELINE_S, timeout_s))
-
-    status, cpu_s, maxrss = _reap(child)
-    code = os.waitstatus_to_exitcode(status) if status is not None else None
-    _emit(status_fd, {
-        "event": "exit",
-        "returncode": code if code is not None and code >= 0 else None,
-        "signal": -code if code is not None and code < 0 else None,
-        "timed_out": timed_out,
-        "cpu_s": cpu_s,
-        "maxrss_kb": maxrss,
-        "landlock_off": _landlock_report(report_r) if report_r is not None else None,
-    })
+    return timed_out
 
 
 def _drop_to(uid: int, gid: int) -> None:

@@ -54,7 +54,7 @@ def default_base() -> Path:
     return Path(tempfile.gettempdir()) / f"mleforge-ws-{os.getuid()}"
 
 
-def _private_dir(path: Path) -> None:
+def private_dir(path: Path) -> None:
     """Create `path` (mode 0700) or accept it only if it is our own real directory.
 
     In a shared /tmp another user could have planted a symlink or a folder there.
@@ -192,7 +192,7 @@ class Session:
 
     def __init__(self, base: Path | None = None):
         self.base = base or default_base()
-        _private_dir(self.base)
+        private_dir(self.base)
         clean_stale(self.base)
         self.path = self.base / f"{os.getpid()}-{secrets.token_hex(4)}"
         self.path.mkdir(mode=0o700)
@@ -242,7 +242,7 @@ def create_workspace(
     the shared file). `owner`: the uid/gid the sandbox will run as."""
     parent = session.kept_dir if keep else session.path
     if keep:
-        _private_dir(parent)
+        private_dir(parent)
     ws = Workspace(run_dir=parent / run_id, kept=keep)
     ws.run_dir.mkdir(mode=0o700)
     ws.path.mkdir()

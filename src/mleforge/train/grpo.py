@@ -294,29 +294,8 @@ def _executor(config: TrainConfig, folder: Path) -> Any:
     options: dict[str, Any] = {} if config.exec_workers is None or kind == "ray" else {"max_workers": config.exec_workers}
     if config.isolation is not None:
         options["isolation"] = config.isolation
-    executor = auto_executor(options) if kind == "auto" else make_executor(kind, **options)
+    executor = make_executor(kind, **options)  # auto: the warm pool where it isolates, else local
     return CachingExecutor(executor, folder / "results.sqlite") if config.cache else executor
-
-
-def auto_executor(options: dict[str, Any]) -> Any:
-    """The warm pool wherever it isolates its runs as asked (as root, and as any user where
-    bwrap may make a user namespace inside its sandbox: its probe is a real run), else the
-    local executor, a bwrap per run at the cost of interpreter start-up (which raises in
-    turn where nothing can isolate a run: never silently unisolated)."""
-    from mleforge.errors import SandboxError
-    from mleforge.sandbox import make_executor
-
-    pool = make_executor("pool", **options)
-    try:
-        pool.resolve_isolation()
-        return pool
-    except SandboxError as exc:
-        pool.close()
-        log.info("the warm pool cannot isolate runs here (%s); training uses the local executor", exc)
-    except BaseException:  # anything else (a bug, Ctrl-C) still stops the pool's zygote
-        pool.close()
-        raise
-    return make_executor("local", **options)
 
 
 def _workers(config: TrainConfig, tasks: tuple[Task, ...]) -> int:

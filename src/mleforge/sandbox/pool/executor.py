@@ -29,14 +29,15 @@ supervisor, same result):
   of the zygote's memory (modules, nothing secret: the zygote never sees a
   script, credentials or private data) and inherits its preloaded modules.
   RLIMIT_DATA and RLIMIT_AS are memory_mb (and the address-space limit) *on
-  top of* what the zygote already uses (measured at start: ~200-300 MB with the
-  default preload), so a run gets that much more than under the local
+  top of* what the zygote already uses (it measures that once it has preloaded;
+  `PoolExecutor.zygotes` shows it), so a run gets that much more than under the local
   executor, where the same imports count against memory_mb. peak_memory_mb
   includes the inherited resident set. `random` and numpy's global generator
   are reseeded in each run, and tempfile forgets any folder it cached. A run
   ends as interpreter shutdown would (threads joined, atexit handlers run, the
   script's globals released and output flushed) but without tearing the
-  preloaded modules down, which would cost hundreds of milliseconds: an object
+  preloaded modules down, which would give back much of the start-up the pool saves
+  (see its per-run time in `python benchmarks/sandbox.py`): an object
   kept alive only inside another module is not finalized. One zygote serves one
   task's data (and CPU share, since BLAS thread pools are sized at import): the
   pool keeps up to `max_zygotes` of them.
@@ -58,6 +59,7 @@ supervisor, same result):
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import os
 import threading
@@ -67,19 +69,25 @@ from pathlib import Path
 
 from mleforge.errors import ConfigError, SandboxError
 from mleforge.sandbox import bwrap as bw
+from mleforge.sandbox.batch import BatchRuns
 from mleforge.sandbox.env import sandbox_env
-from mleforge.sandbox.limits import MIB, RunLimits
-from mleforge.sandbox.local import (
-    Isolation,
-    LocalExecutor,
-    _rlimits,
+from mleforge.sandbox.isolation import Isolation, choose_isolation, requested_isolation
+from mleforge.sandbox.launch import (
+    Launcher,
+    over_disk,
+    rlimits,
     run_memory_limit_kb,
     seccomp_fd,
     supervisor_config,
+    write_passwd,
 )
+from mleforge.sandbox.limits import RunLimits
 from mleforge.sandbox.pool.client import RUN_ID_SLOT, RunChannel, Zygote, ZygoteGone, zygote_command
 from mleforge.sandbox.process import Spawned, Watched, pid_of_pidfd, sweep, tree_memory_kb, watch
-from mleforge.sandbox.workspace import Workspace, _private_dir, disk_usage
+from mleforge.sandbox.result import ExecutionResult
+from mleforge.sandbox.workspace import Workspace, private_dir
+from mleforge.tasks.spec import Limits
+from mleforge.tasks.task import Task
 
 log = logging.getLogger("mleforge.sandbox")
 
@@ -91,8 +99,9 @@ STATUS_FD = 3  # zygote.STATUS_FD
 ZYGOTES_DIR = "zygotes"  # in the session folder: the zygotes' logs, passwd and group
 
 
-class PoolExecutor(LocalExecutor):
-    """A LocalExecutor whose runs are forked from warm zygotes (see the module docstring).
+class PoolExecutor(BatchRuns):
+    """Runs scripts as forks of warm zygotes (see the module docstring); `isolation` as the
+    local executor's, and every run's steps around its start are the same (launch.py).
 
     `preload`: modules every zygote imports (a missing one is skipped). `max_zygotes`:
     how many zygotes (one per task data and CPU share) stay warm at once.
@@ -111,9 +120,11 @@ class PoolExecutor(LocalExecutor):
         preload: Sequence[str] = DEFAULT_PRELOAD,
         max_zygotes: int = 4,
     ):
-        super().__init__(
-            isolation, python=python, base_dir=base_dir, max_workers=max_workers, extra_ro_binds=extra_ro_binds
+        self.launcher = Launcher(
+            self.name, requested_isolation(isolation), self._start, self._choose_isolation,
+            python=python, base_dir=base_dir, extra_ro_binds=extra_ro_binds,
         )
+        self.max_workers = max_workers
         if isinstance(max_zygotes, bool) or not isinstance(max_zygotes, int) or max_zygotes < 1:
             raise ConfigError(f"max_zygotes must be a positive integer; got {max_zygotes!r}")
         self.preload = tuple(preload)
@@ -122,16 +133,49 @@ class PoolExecutor(LocalExecutor):
         self._zygote_lock = threading.Lock()
         self._started = 0  # zygotes started so far (names their logs)
 
+    # -- the Executor protocol ------------------------------------------------------
+
+    def run(
+        self,
+        script: str,
+        task: Task,
+        limits: RunLimits | Limits | None = None,
+        *,
+        keep: bool = False,
+        cancel: threading.Event | None = None,
+    ) -> ExecutionResult:
+        return self.launcher.run(script, task, limits, keep, cancel)
+
+    def run_public(
+        self,
+        script: str,
+        task_id: str,
+        public_dir: Path,
+        limits: RunLimits,
+        *,
+        keep: bool = False,
+        cancel: threading.Event | None = None,
+    ) -> ExecutionResult:
+        """`run` with the task's public data given as a folder (as the local executor's)."""
+        return self.launcher.run_public(script, task_id, public_dir, limits, keep, cancel)
+
+    def discard(self, result: ExecutionResult) -> None:
+        """Delete a run's submission once graded (else it stays until close())."""
+        self.launcher.discard(result)
+
     def close(self) -> None:
         with self._zygote_lock:
             zygotes = list(self._zygotes.values())
             self._zygotes.clear()
         for zygote in zygotes:
             zygote.close()
-        super().close()
+        self.launcher.close()
 
     def __enter__(self) -> PoolExecutor:
         return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     @property
     def zygotes(self) -> list[dict]:
@@ -141,12 +185,25 @@ class PoolExecutor(LocalExecutor):
 
     # -- isolation ------------------------------------------------------------------
 
+    def resolve_isolation(self) -> Isolation:
+        """Decide once (probing with a real run through a zygote) and remember."""
+        return self.launcher.resolve_isolation()
+
+    @property
+    def isolation(self) -> str:
+        return self.resolve_isolation().kind
+
+    @property
+    def workspaces_dir(self) -> Path:
+        """This executor's session folder: one sub-folder per run in progress."""
+        return self.launcher.session().path
+
     def _choose_isolation(self) -> Isolation:
         """As the local executor's, probed with a real run through a zygote: never silently
         unisolated; where it cannot isolate, the error says why (a user namespace inside
         bwrap refused, as any user but root) and that the local executor may still work."""
         try:
-            return super()._choose_isolation()
+            return choose_isolation(self.name, self.launcher.requested, self._probe)
         except SandboxError as exc:
             if os.geteuid() == 0 or not bw.bwrap_candidates():  # nothing the local one has more
                 raise
@@ -156,9 +213,9 @@ class PoolExecutor(LocalExecutor):
             ) from exc
 
     def _probe(self, candidate: Isolation) -> tuple[str | None, Isolation]:
-        """Probe with a zygote that preloads nothing (no task data: see _start), then stop it."""
+        """Probe with a zygote that preloads nothing (no task data: see _start_zygote), then stop it."""
         try:
-            return super()._probe(candidate)
+            return self.launcher.probe(candidate)
         finally:
             self._stop_zygotes(lambda key: key[0] is None)
 
@@ -176,7 +233,7 @@ class PoolExecutor(LocalExecutor):
                 zygote = None
             if zygote is None:
                 self._evict_idle(self.max_zygotes - 1)
-                zygote = self._start(key, public_dir, limits.cpus, isolation)
+                zygote = self._start_zygote(key, public_dir, limits.cpus, isolation)
                 self._zygotes[key] = zygote
             self._zygotes.move_to_end(key)
             zygote.users += 1
@@ -201,17 +258,17 @@ class PoolExecutor(LocalExecutor):
         for zygote in stopping:
             zygote.close()
 
-    def _start(self, key: tuple, public_dir: Path | None, cpus: int, isolation: Isolation) -> Zygote:
-        session = self._get_session()
+    def _start_zygote(self, key: tuple, public_dir: Path | None, cpus: int, isolation: Isolation) -> Zygote:
+        session = self.launcher.session()
         sandboxed = isolation.kind == "bwrap"
         self._started += 1
         folder = session.path / ZYGOTES_DIR
         folder.mkdir(mode=0o700, exist_ok=True)
         log_path = folder / f"zygote-{self._started}.log"
-        command = zygote_command(self.python)
+        command = zygote_command(self.launcher.python)
         filter_fd = None
         if sandboxed:
-            _private_dir(session.kept_dir)
+            private_dir(session.kept_dir)
             passwd, group = bw.passwd_text(bw.SANDBOX_UID, bw.SANDBOX_UID)
             (folder / "passwd").write_text(passwd)
             (folder / "group").write_text(group)
@@ -220,7 +277,7 @@ class PoolExecutor(LocalExecutor):
                 plan = bw.ZygotePlan(
                     bwrap=isolation.bwrap or "bwrap", as_root=isolation.as_root, session=session.path,
                     kept=session.kept_dir, public_dir=public_dir, passwd=folder / "passwd", group=folder / "group",
-                    ro_binds=self._ro_binds(), seccomp_fd=filter_fd,
+                    ro_binds=self.launcher.ro_binds, seccomp_fd=filter_fd,
                 )
                 command = [*bw.zygote_args(plan), "--", *command]
             except BaseException:
@@ -229,7 +286,7 @@ class PoolExecutor(LocalExecutor):
                 raise
         env = sandbox_env(
             workspace=bw.SANDBOX_WORKSPACE, tmpdir="/tmp" if sandboxed else str(session.path),
-            python_bin=os.path.dirname(self.python), cpus=cpus, run_id=RUN_ID_SLOT,
+            python_bin=os.path.dirname(self.launcher.python), cpus=cpus, run_id=RUN_ID_SLOT,
         )
         config = {
             # The probe's zygote (no task data) needs no warm modules.
@@ -240,7 +297,7 @@ class PoolExecutor(LocalExecutor):
             "has_input": public_dir is not None,
             # The run's private /tmp would hide an interpreter or venv under the host's
             # /tmp (a CI clone there): each run binds these again on top of it.
-            "tmp_roots": [r for r in self._ro_binds() if r.startswith("/tmp/")] if sandboxed else [],
+            "tmp_roots": [r for r in self.launcher.ro_binds if r.startswith("/tmp/")] if sandboxed else [],
         }
         zygote = Zygote.start(key, command, env, str(session.path), config, log_path,
                               () if filter_fd is None else (filter_fd,))
@@ -250,7 +307,7 @@ class PoolExecutor(LocalExecutor):
 
     # -- one run --------------------------------------------------------------------
 
-    def _launch(
+    def _start(
         self,
         ws: Workspace,
         run_id: str,
@@ -260,13 +317,11 @@ class PoolExecutor(LocalExecutor):
         uid: int | None,
         cancel: threading.Event | None,
     ) -> tuple[Watched, float]:
+        """launch.Start: a fork of a warm zygote, watched until its process tree is gone."""
         sandboxed = isolation.kind == "bwrap"
         if sandboxed:
-            passwd, group = bw.passwd_text(uid if uid is not None else bw.SANDBOX_UID,
-                                           uid if uid is not None else bw.SANDBOX_UID)
-            (ws.run_dir / "passwd").write_text(passwd)
-            (ws.run_dir / "group").write_text(group)
-            _tmp_mountpoints(ws.path / "tmp", [r for r in self._ro_binds() if r.startswith("/tmp/")])
+            write_passwd(ws, uid)
+            _tmp_mountpoints(ws.path / "tmp", [r for r in self.launcher.ro_binds if r.startswith("/tmp/")])
         reads, writes = [], []
         for _ in range(3):  # stdout, stderr, status
             r, w = os.pipe()
@@ -317,19 +372,19 @@ class PoolExecutor(LocalExecutor):
         sandboxed = isolation.kind == "bwrap"
         inside = bw.SANDBOX_WORKSPACE if sandboxed else str(ws.path)
         # What the zygote already uses is not the script's: the limits come on top.
-        rlimits = _rlimits(limits)
+        on_top = rlimits(limits)
         extra = {"RLIMIT_DATA": int(ready.get("data_kb", 0)) * 1024, "RLIMIT_AS": int(ready.get("size_kb", 0)) * 1024}
-        for entry in rlimits:
+        for entry in on_top:
             if entry[0] in extra and entry[1] >= 0:
                 entry[1] += extra[entry[0]]
                 entry[2] += extra[entry[0]]
-        config = supervisor_config(f"{inside}/script.py", STATUS_FD, limits, isolation, rlimits)
+        config = supervisor_config(f"{inside}/script.py", STATUS_FD, limits, isolation, on_top)
         config["warm"] = True  # reseed the random generators the zygote left
         if sandboxed and not isolation.as_root and config["nproc"] is not None:
             config["nproc"] += 1  # the shim is in the run's user namespace too (see the docstring)
         env = sandbox_env(
             workspace=inside, tmpdir="/tmp" if sandboxed else str(ws.path / "tmp"),
-            python_bin=os.path.dirname(self.python), cpus=limits.cpus, run_id=run_id,
+            python_bin=os.path.dirname(self.launcher.python), cpus=limits.cpus, run_id=run_id,
         )
         return {
             "run_id": run_id, "where": "kept" if ws.kept else "session", "workspace": str(ws.path),
@@ -342,11 +397,6 @@ class PoolExecutor(LocalExecutor):
             if thorough and not sandboxed:  # as the local executor: by the run id they carry
                 sweep(run_id.encode())
 
-        def over_disk() -> bool:
-            used, entries, uncountable = disk_usage(ws, limits.max_files + 1)
-            # What cannot be counted (an unreadable or too deep folder) could hide anything.
-            return uncountable is not None or used > limits.disk_mb * MIB or entries > limits.max_files
-
         child = pid_of_pidfd(run.child_pidfd)  # the run's init (isolated) or supervisor
         baseline = int(ready.get("rss_kb", 0))  # the zygote's pages every run starts with
 
@@ -355,8 +405,8 @@ class PoolExecutor(LocalExecutor):
 
         spawned = Spawned(reads[0], reads[1], run.exited, run.fileno)
         try:
-            watched = watch(spawned, reads[2], limits, started, over_disk=over_disk, kill=kill, cancel=cancel,
-                            over_memory=over_memory)
+            watched = watch(spawned, reads[2], limits, started, over_disk=functools.partial(over_disk, ws, limits),
+                            kill=kill, cancel=cancel, over_memory=over_memory)
         except BaseException:  # our bug or a KeyboardInterrupt: the run must not outlive it
             kill(True)
             deadline = time.monotonic() + 10
