@@ -273,7 +273,9 @@ def _start_latency(task, repeats: int, user) -> list[dict]:
         os.chmod(home, 0o700)
         os.chown(home, user.pw_uid, user.pw_gid)
         user_env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), "TMPDIR": str(home),
-                    "MLEFORGE_DATA": str(home / "data"), "PYTHONPATH": src, "LANG": "C.UTF-8",
+                    # This process's import path too: packages installed beside the interpreter's
+                    # (pip --target, as on a GPU machine) are the user's as well.
+                    "MLEFORGE_DATA": str(home / "data"), "PYTHONPATH": env["PYTHONPATH"], "LANG": "C.UTF-8",
                     **{k: os.environ[k] for k in ("OMP_NUM_THREADS", "MLEFORGE_BWRAP") if k in os.environ}}
         setpriv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--"]
         runs.append((as_user, [*setpriv, sys.executable, "-c", _LATENCY, *args], user_env, home))

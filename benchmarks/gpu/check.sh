@@ -34,7 +34,8 @@
 #
 # Environment: OUT (required), GPU_CHECK_CARRY (.gpu-carry), GPU_CHECK_PYTHON (python3: the
 # device's, with torch), GPU_CHECK_SITE (/tmp/site), GPU_CHECK_WORK (/tmp/gpu-check),
-# GPU_CHECK_DEVICE (cuda), GPU_CHECK_BUDGET_S (480: the whole script; the call's timeout_s must
+# GPU_CHECK_DEVICE (cuda), GPU_CHECK_PHASES (all six; e.g. "install sandbox" to redo one on a warm
+# machine: install is always needed, model before train), GPU_CHECK_BUDGET_S (480: the whole script; the call's timeout_s must
 # leave a minute above it), GPU_CHECK_LIMIT_SCALE (1: multiplies every phase's limit; for a slow
 # CPU test, with a larger budget).
 set -uo pipefail # no -e: a failing phase is recorded and the next one runs
@@ -48,13 +49,14 @@ SITE=${GPU_CHECK_SITE:-/tmp/site}
 WORK=${GPU_CHECK_WORK:-/tmp/gpu-check}
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
 BUDGET_S=${GPU_CHECK_BUDGET_S:-480}
+PHASES=" ${GPU_CHECK_PHASES:-install env model isolation train sandbox} "
 MODEL_DIR=$WORK/model
 RUN_DIR=$WORK/run
 
 # ==== the training command (mleforge's CLI; adapt this ONE line when its flags change) ====
 TRAIN_ARGS=(train --preset gpu-1x --model "hf:$MODEL_DIR" --run-dir "$RUN_DIR" --tasks penguins,breast-cancer --eval-tasks "" --sft none --steps 3 --groups-per-step 2 --max-new-tokens 256 --expert-steps 3)
 # ==== the sandbox benchmark: short, at 1, 4 and 16 concurrent runs ====
-SANDBOX_ARGS=(--task titanic --repeats 3 --throughput-runs 32 --workers 1,4,16 --pool-runs 100 --out "$OUT/sandbox.json")
+SANDBOX_ARGS=(--task titanic --repeats 3 --throughput-runs 16 --workers 1,4,16 --pool-runs 64 --out "$OUT/sandbox.json")
 # Seconds each phase may take at most (less when the budget runs short; training leaves the
 # sandbox benchmark its share).
 declare -A LIMIT=([install]=90 [env]=90 [model]=120 [isolation]=60 [train]=300 [sandbox]=150)
@@ -66,7 +68,7 @@ if [[ $DEVICE == cpu ]]; then # the CPU test: the same path, smaller and shorter
     export GPU_CHECK_DEVICE=cpu
     MODEL_ARGS=(--device cpu --layers 2 --hidden 64)
     TRAIN_ARGS+=(--steps 2 --group-size 2 --groups-per-step 1 --micro-batch 2 --max-new-tokens 8 --generation trl --expert-steps 2)
-    SANDBOX_ARGS+=(--repeats 1 --throughput-runs 2 --workers 1,2 --pool-runs 5 --as-user "")
+    SANDBOX_ARGS+=(--repeats 1 --throughput-runs 2 --workers 1,2 --pool-runs 5)
 fi
 
 rm -rf "$WORK" && mkdir -p "$WORK" "$OUT" || exit 1
@@ -78,18 +80,25 @@ DEADLINE=$(($(date +%s) + BUDGET_S))
 say() { echo "[$(date +%T)] $*" | tee -a "$OUT/check.log"; }
 
 # phase NAME COMMAND...: COMMAND under `timeout` (SIGINT first, so Python's cleanup closes the
-# sandbox's processes; SIGKILL 20 s later), its output in $WORK/NAME.log, its row in phases.tsv.
+# sandbox's processes; SIGKILL 20 s later), its output in $WORK/NAME.log, its row in phases.tsv,
+# its exit status in LAST_RC ("skip" where it did not run).
+LAST_RC=skip
 phase() {
     local name=$1 limit=${LIMIT[$1]}
     shift
+    LAST_RC=skip
+    if [[ $PHASES != *" $name "* ]]; then
+        say "$name: not asked for (GPU_CHECK_PHASES)"
+        return 0
+    fi
     local left=$((DEADLINE - $(date +%s) - SUMMARY_RESERVE_S))
-    [[ $name == train ]] && left=$((left - ${LIMIT[sandbox]}))
+    [[ $name == train && $PHASES == *" sandbox "* ]] && left=$((left - ${LIMIT[sandbox]}))
     ((limit > left)) && limit=$left
     local log="$WORK/$name.log"
     if ((limit < 10)); then
         say "$name: skipped, the budget is spent"
         printf '%s\tskip\t0\t%s\t\n' "$name" "$limit" >>"$WORK/phases.tsv"
-        return 1
+        return 0
     fi
     say "$name: start (limit ${limit} s): $*"
     local start rc
@@ -103,7 +112,7 @@ phase() {
     tail -n 15 "$log"
     say "$name: exit $rc after $wall s"
     "$PY" benchmarks/gpu/summary.py "$WORK" "$OUT/gpu_check.json" || say "summary failed"
-    return "$rc"
+    LAST_RC=$rc
 }
 
 install_wheels() {
@@ -148,7 +157,8 @@ export -f install_wheels probe_isolation # `timeout` runs programs: these throug
 phase install bash -c install_wheels
 phase env "$PY" benchmarks/gpu/versions.py "$WORK/env.json"
 phase model "$PY" benchmarks/gpu/build_model.py "$CARRY" "$MODEL_DIR" --report "$WORK/model.json" "${MODEL_ARGS[@]}"
-if ! phase isolation bash -c probe_isolation; then
+phase isolation bash -c probe_isolation
+if [[ $LAST_RC != 0 && $LAST_RC != skip ]]; then
     say "isolation: bwrap does not run here; training and the benchmark run unisolated (MLEFORGE_ISOLATION=none)"
     export MLEFORGE_ISOLATION=none
     "$PY" - "$WORK/isolation.json" <<'EOF'
