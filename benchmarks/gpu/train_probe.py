@@ -15,7 +15,8 @@ calls, and writes PROBE_JSON when it ends (also when it fails):
     cuda               the device's name and the peak memory torch allocated
 
 GPU_CHECK_DEVICE=cpu (the CPU test of check.sh) turns the gpu-1x preset's CUDA settings
-into a CPU's (device cpu, float32, no bf16) before the CLI reads the preset.
+into a CPU's (device cpu, float32, no bf16) before the CLI reads the preset, and sends the
+trainer down its GPU branch (TRL's fused head; see `_cpu_preset`).
 """
 
 from __future__ import annotations
@@ -32,21 +33,22 @@ COUNTS: dict[str, Any] = {"trl_use_triton": defaultdict(lambda: defaultdict(lamb
 
 
 def _count_use_triton() -> None:
-    """Wrap `_use_triton` where TRL's modules look it up (each imported it by name)."""
+    """Wrap `_use_triton` where TRL's modules look it up (each imported it by name). All of them
+    are imported first, so that none binds another's wrapper."""
     import importlib
 
-    import trl.kernels.chunked_logprob as chunked
-
-    original = chunked._use_triton
-    for module_name in ("trl.kernels.chunked_logprob", "trl.kernels.chunked_divergence", "trl.trainer.utils"):
+    modules = {}
+    for name in ("trl.kernels.chunked_logprob", "trl.kernels.chunked_divergence", "trl.trainer.utils"):
         try:
-            module = importlib.import_module(module_name)
+            modules[name] = importlib.import_module(name)
         except ImportError:
             continue
+    original = modules["trl.kernels.chunked_logprob"]._use_triton
+    for name, module in modules.items():
         if getattr(module, "_use_triton", None) is not original:
             continue
 
-        def counted(device: Any, _name: str = module_name) -> bool:
+        def counted(device: Any, _name: str = name) -> bool:
             answer = original(device)
             COUNTS["trl_use_triton"][_name][getattr(device, "type", str(device))][str(answer).lower()] += 1
             return answer
@@ -67,10 +69,15 @@ def _count_completion_logps() -> None:
 
 
 def _cpu_preset() -> None:
+    """The CPU test: the preset on a CPU, and the trainer on the branch it takes on a GPU (TRL's
+    own fused LM head, in torch tiles here where Triton would run there; no regrouping of a
+    step's rows), not the CPU's own completion-only path."""
+    import mleforge.train.trainer as trainer
     from mleforge.train.config import PRESETS
 
     model = PRESETS["gpu-1x"]["model"]
     PRESETS["gpu-1x"].update(model={**model, "device": "cpu", "dtype": "float32"}, bf16=False)
+    trainer.compact_head_native = lambda device: True
 
 
 def _write(path: Path) -> None:
