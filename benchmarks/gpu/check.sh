@@ -24,20 +24,27 @@
 # Before: benchmarks/gpu/prepare.sh HERE fills .gpu-carry/ (ignored; ~16 MiB). The device call:
 #     run(command="bash benchmarks/gpu/check.sh", carry=[".gpu-carry"], timeout_s=540)
 #
+# The model's weights are random, so its completions are random tokens: every rollout is a format
+# error, each group's rewards tie and the advantages are zero. The steps are real all the same
+# (generation, the sandbox, the reward, TRL's loss and backward through its log-prob kernels, the
+# optimizer, checkpoints): the check proves the GPU path and times it, not learning.
+#
 # The CPU test of everything up to the GPU (this machine, Python 3.11; cp312 wheels do not
-# install on 3.11, so the test carries its own Python 3.11 download):
+# install on 3.11, so the test carries its own Python 3.11 download; PYTHONPATH may put the
+# device's transformers 5.17, huggingface_hub 1.33, accelerate 1.15 and tokenizers 0.23.2 first):
 #     GPU_CARRY=/tmp/carry-311 GPU_CARRY_PYTHON=3.11 benchmarks/gpu/prepare.sh
-#     OUT=/tmp/gpuout GPU_CHECK_DEVICE=cpu GPU_CHECK_CARRY=/tmp/carry-311 \
-#         GPU_CHECK_PYTHON=/opt/venv/bin/python bash benchmarks/gpu/check.sh
-# GPU_CHECK_DEVICE=cpu turns the preset's CUDA, bf16 and bfloat16 into CPU, no bf16 and float32
-# (train_probe.py) and shrinks the model, the run and the benchmark to a couple of minutes.
+#     OUT=/tmp/gpuout GPU_CHECK_DEVICE=cpu GPU_CHECK_CARRY=/tmp/carry-311 GPU_CHECK_PYTHON=/opt/venv/bin/python \
+#         GPU_CHECK_BUDGET_S=1800 GPU_CHECK_LIMIT_SCALE=4 bash benchmarks/gpu/check.sh
+# GPU_CHECK_DEVICE=cpu turns the preset's CUDA, bf16 and bfloat16 into CPU, no bf16 and float32,
+# sends the trainer down its GPU branch (TRL's fused head, in torch tiles: train_probe.py) and
+# shrinks the model, the run and the benchmark (about 2 minutes on 2 cores).
 #
 # Environment: OUT (required), GPU_CHECK_CARRY (.gpu-carry), GPU_CHECK_PYTHON (python3: the
 # device's, with torch), GPU_CHECK_SITE (/tmp/site), GPU_CHECK_WORK (/tmp/gpu-check),
-# GPU_CHECK_DEVICE (cuda), GPU_CHECK_PHASES (all six; e.g. "install sandbox" to redo one on a warm
-# machine: install is always needed, model before train), GPU_CHECK_BUDGET_S (480: the whole script; the call's timeout_s must
-# leave a minute above it), GPU_CHECK_LIMIT_SCALE (1: multiplies every phase's limit; for a slow
-# CPU test, with a larger budget).
+# GPU_CHECK_DEVICE (cuda), GPU_CHECK_PHASES (all six; e.g. "install sandbox" to redo one on a
+# warm machine: install is always needed, model before train), GPU_CHECK_BUDGET_S (480: the whole
+# script; the call's timeout_s must leave a minute above it), GPU_CHECK_LIMIT_SCALE (1: multiplies
+# every phase's limit; for a slow CPU test, with a larger budget).
 set -uo pipefail # no -e: a failing phase is recorded and the next one runs
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
