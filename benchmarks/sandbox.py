@@ -1,13 +1,13 @@
 """Per-run overhead, throughput and leaks of the executors, measured in one run.
 
-    python benchmarks/sandbox.py [--task titanic] [--repeats 10] [--pool-runs 1000] [--bombs-only]
-                                 [--latency-only] [--as-user nobody] [--out bench-out/sandbox.json]
+    python benchmarks/sandbox.py [--task titanic] [--repeats 10] [--workers 1,2,4] [--pool-runs 1000]
+                                 [--bombs-only] [--latency-only] [--as-user nobody] [--out bench-out/sandbox.json]
 
 1. Per-run time of an empty script and of a pandas + scikit-learn import script,
    as (a) bare `python script.py`, (b) the local executor unisolated, (c) the
    local executor under bwrap, (d) the warm pool, (e) a result-cache hit.
 2. Throughput (runs per second) of the import script with 1, 2 and 4 concurrent
-   runs, for the local executor and the warm pool.
+   runs (`--workers`; 1,4,16 on a 16-core machine), for the local executor and the warm pool.
 3. `--pool-runs` runs through one warm pool (a mix of honest, crashing and
    process-leaving scripts), then: no process left, no workspace or temporary
    folder left, no descriptor leaked.
@@ -273,7 +273,9 @@ def _start_latency(task, repeats: int, user) -> list[dict]:
         os.chmod(home, 0o700)
         os.chown(home, user.pw_uid, user.pw_gid)
         user_env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), "TMPDIR": str(home),
-                    "MLEFORGE_DATA": str(home / "data"), "PYTHONPATH": src, "LANG": "C.UTF-8",
+                    # This process's import path too: packages installed beside the interpreter's
+                    # (pip --target, as on a GPU machine) are the user's as well.
+                    "MLEFORGE_DATA": str(home / "data"), "PYTHONPATH": env["PYTHONPATH"], "LANG": "C.UTF-8",
                     **{k: os.environ[k] for k in ("OMP_NUM_THREADS", "MLEFORGE_BWRAP") if k in os.environ}}
         setpriv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--"]
         runs.append((as_user, [*setpriv, sys.executable, "-c", _LATENCY, *args], user_env, home))
@@ -330,11 +332,24 @@ def _print_bombs(console, bombs: list[dict]) -> None:
     console.print(table)
 
 
+def _worker_counts(text: str) -> tuple[int, ...]:
+    """`--workers 1,4,16`: positive integers, in the order given."""
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, as in 1,4,16; got {text!r}")
+    return counts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="titanic")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--throughput-runs", type=int, default=8)
+    parser.add_argument("--workers", type=_worker_counts, default=(1, 2, 4),
+                        help="concurrent runs of the throughput part, comma-separated (default 1,2,4)")
     parser.add_argument("--pool-runs", type=int, default=1000, help="runs of the pool leak check (0: skip)")
     parser.add_argument("--bombs-only", action="store_true", help="only the submission bombs (part 4)")
     parser.add_argument("--latency-only", action="store_true", help="only the start latency (part 5)")
@@ -400,7 +415,7 @@ def _run(args: argparse.Namespace) -> int:
             for backend, times in _interleaved(backends, args.repeats).items():
                 overhead.append(_row(backend, name, times))
         for label, executor in executors[1:]:
-            for workers in (1, 2, 4):
+            for workers in args.workers:
                 throughput.append(_throughput(label, executor, task, workers, args.throughput_runs))
         if args.pool_runs:
             leaks = _leak_check(pool, task, args.pool_runs)

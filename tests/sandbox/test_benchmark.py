@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import pwd
 
@@ -37,3 +38,11 @@ def test_the_benchmark_stops_on_an_unknown_as_user_before_running_anything(tmp_p
         bench.main(["--latency-only", "--as-user", NO_SUCH_USER, "--task", "no-such-task", "--out", str(out)])
     assert str(stopped.value.code).startswith(f"error: --as-user '{NO_SUCH_USER}': there is no such user")
     assert not out.exists()
+
+
+def test_workers_are_comma_separated_positive_counts():
+    assert bench._worker_counts("1,4,16") == (1, 4, 16)
+    assert bench._worker_counts("2") == (2,)
+    for bad in ("", "0,4", "1,x", "-1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="comma-separated positive integers"):
+            bench._worker_counts(bad)
