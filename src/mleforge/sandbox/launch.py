@@ -260,6 +260,7 @@ def write_passwd(ws: Workspace, uid: int | None) -> None:
 
 
 def over_disk(ws: Workspace, limits: RunLimits) -> bool:
+    """Whether the workspace holds more than the run may write (bytes or entries)."""
     used, entries, uncountable = disk_usage(ws, limits.max_files + 1)
     # What cannot be counted (an unreadable or too deep folder) could hide anything.
     return uncountable is not None or used > limits.disk_mb * MIB or entries > limits.max_files
@@ -287,6 +288,8 @@ def result_of(
     kept: Workspace | None,
     unisolated_path: Path | None = None,
 ) -> ExecutionResult:
+    """The ExecutionResult of a watched run: the supervisor's exit line where it is believed
+    (else what the parent saw), why the run ended, and every warning the run earned."""
     stdout, stderr = _output(watched, unisolated_path)
     exit_event, forged = _believed_exit(watched)
     not_entered = (exit_event or {}).get("landlock_off")
