@@ -133,7 +133,7 @@ def eta_seconds(walls: Sequence[float], remaining: int) -> float | None:
 
 
 def read_rollouts(run_dir: Path) -> list[Any]:
-    from mleforge.train.feedback import ROLLOUTS_DIR
+    from mleforge.train.grpo.buffer_callback import ROLLOUTS_DIR
     from mleforge.train.records import RolloutLine
 
     lines = []
@@ -144,7 +144,7 @@ def read_rollouts(run_dir: Path) -> list[Any]:
 
 def step_costs(run_dir: Path) -> dict[str, float]:
     """Mean seconds per GRPO step of generation, execution and update (metrics.jsonl)."""
-    from mleforge.train.feedback import METRICS_FILE
+    from mleforge.train.grpo.buffer_callback import METRICS_FILE
 
     rows = [json.loads(x) for x in (run_dir / METRICS_FILE).read_text(encoding="utf-8").splitlines() if x]
     return {key: round(sum(r[key] for r in rows) / len(rows), 3) for key in ("gen_s", "exec_s", "update_s")}
@@ -199,7 +199,7 @@ def base_config(args: argparse.Namespace, work: Path) -> Any:
 def check_work(work: Path, settings: dict[str, Any]) -> None:
     """A --work folder holds one benchmark: the same settings continue it, others are refused."""
     from mleforge.errors import ConfigError
-    from mleforge.train.checkpoints import atomic_write
+    from mleforge.utils.atomic import atomic_write
 
     path = work / BENCH_FILE
     if path.is_file():
@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     except MleforgeError as exc:
         raise SystemExit(f"error: {exc}") from None
     if args.out:  # atomic: the figures of hours of runs are never left half-written
-        from mleforge.train.checkpoints import atomic_write
+        from mleforge.utils.atomic import atomic_write
 
         args.out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(args.out, json.dumps(result, indent=1, default=str))

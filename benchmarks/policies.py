@@ -62,7 +62,7 @@ from mleforge.policies.bundled import (
     models_root,
 )
 from mleforge.policies.hf import HFConfig, HFPolicy, import_torch_transformers
-from mleforge.train.checkpoints import atomic_write
+from mleforge.utils.atomic import atomic_write
 
 SHORT = [{"role": "system", "content": "You are a helpful Python programmer."},
          {"role": "user", "content": "Write a Python function that trains a logistic regression "

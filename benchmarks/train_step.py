@@ -146,7 +146,7 @@ def time_group(reward, texts, state) -> float:
 def time_execution(args, task, registry, work: Path) -> list[dict]:
     from mleforge.agent.state import State
     from mleforge.sandbox import CachingExecutor, make_executor
-    from mleforge.train.rewards import ExecutingReward
+    from mleforge.train.grpo.executing_reward import ExecutingReward
 
     texts = expert_group(task, registry, args.group_size)
     state = State.draft(task.id, direction=task.spec.direction)

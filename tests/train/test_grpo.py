@@ -19,7 +19,7 @@ from mleforge.sandbox import make_executor  # noqa: E402
 from mleforge.train.config import ModelConfig, TrainConfig  # noqa: E402
 from mleforge.train.grpo import train  # noqa: E402
 from mleforge.train.records import StepMetrics  # noqa: E402
-from mleforge.train.rewards import ExecutingReward  # noqa: E402
+from mleforge.train.grpo.executing_reward import ExecutingReward  # noqa: E402
 from tests.agent.scripted import COPY_SAMPLE, CRASH  # noqa: E402
 from tests.train import engines  # noqa: E402  (registers the test engines)
 

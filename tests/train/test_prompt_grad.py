@@ -66,7 +66,7 @@ def test_a_run_from_before_the_setting_resumes_as_it_ran(tmp_path):
 
 @pytest.mark.parametrize("flag", ["on", None])
 def test_a_step_takes_the_setting_to_the_trainer(flag, tiny, titanic, journals, data_root, tmp_path, monkeypatch):
-    import mleforge.train.trainer as trainer
+    import mleforge.train.grpo.trainer as trainer
 
     seen = []
     original = trainer.completion_logps

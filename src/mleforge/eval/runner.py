@@ -35,8 +35,9 @@ from mleforge.agent.runner import EpisodeRunner
 from mleforge.errors import ConfigError
 from mleforge.eval.aggregate import aggregate
 from mleforge.eval.config import RUN_FIELDS, EvalConfig
-from mleforge.eval.contamination import RUN_RECORD, Contamination, check_contamination
+from mleforge.eval.contamination import Contamination, check_contamination
 from mleforge.eval.records import RunFailure, RunReport
+from mleforge.runs import RUN_RECORD
 from mleforge.grading.grader import no_submission_report
 from mleforge.policies.serialized import THREAD_SAFE_PREFIXES, SerializedPolicy
 from mleforge.tasks.task import Task

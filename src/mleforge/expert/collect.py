@@ -73,11 +73,11 @@ from mleforge.expert.collect_config import (
     EPISODE_FIELDS,
     JOURNALS_DIR,
     MAX_EPISODES,
-    RUN_RECORD,
     SAMPLES_FILE,
     SUMMARY_FILE,
     CollectConfig,
 )
+from mleforge.runs import RUN_RECORD
 from mleforge.tasks.task import Task
 
 
@@ -140,15 +140,6 @@ def _write_json(path: Path, data: Any) -> None:
 
 def episode_dir(out_dir: str | Path, task_id: str, name: str) -> Path:
     return Path(out_dir) / JOURNALS_DIR / task_id.replace(":", "_").replace("/", "_") / name
-
-
-def load_journals(journals_dir: str | Path) -> list[Journal]:
-    """Every journal under a folder (a collect folder, its journals/, or any tree of
-    EpisodeRunner folders), in path order."""
-    root = Path(journals_dir)
-    if not root.is_dir():
-        raise ConfigError(f"no journals folder at {root}; give what `mleforge collect` wrote")
-    return [Journal.load(p) for p in sorted(root.rglob("journal.json"))]
 
 
 # --- ideas -----------------------------------------------------------------------------------------

@@ -28,8 +28,8 @@ from typing import Any
 
 import yaml
 
-from mleforge.eval.contamination import CHECKPOINT_RECORD, RUN_RECORD
-from mleforge.train.checkpoints import atomic_write, checkpoint_callback, last_checkpoint
+from mleforge.runs import CHECKPOINT_RECORD, CHECKPOINTS_DIR, MODEL_DIR, RUN_RECORD
+from mleforge.train.checkpoint_marks import checkpoint_callback, last_checkpoint
 from mleforge.train.config import ModelConfig, SFTConfig
 from mleforge.train.errors import TrainError
 from mleforge.train.model import (
@@ -40,9 +40,7 @@ from mleforge.train.model import (
     save_trained,
 )
 from mleforge.train.samples import SFTSample, fit_samples, read_samples, tasks_of
-
-MODEL_DIR = "model"
-CHECKPOINTS_DIR = "checkpoints"
+from mleforge.utils.atomic import atomic_write
 
 
 @dataclass(frozen=True)

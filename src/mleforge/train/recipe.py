@@ -17,7 +17,7 @@ A run directory holds
     buffer.sqlite              the state buffer (mleforge.curriculum)
     results.sqlite             the result cache of the rollouts' executions
     checkpoints/checkpoint-<k> adapter (or model), optimizer, scheduler, RNG states, trainer
-                               state, and the buffer's step (mleforge.train.checkpoints)
+                               state, and the buffer's step (mleforge.train.checkpoint_marks)
     rollouts/step-<k>.jsonl    every rollout of step k (mleforge.train.records.RolloutLine)
     metrics.jsonl              one line per step (mleforge.train.records.StepMetrics)
     stepwise/{before,after}.json   the step-wise evaluation on the eval tasks: before, the model
@@ -55,7 +55,7 @@ from mleforge.eval.contamination import CHECKPOINT_RECORD, RUN_RECORD
 from mleforge.policies.checkpoint import ModelSource
 from mleforge.sandbox.stoppable import ExecutorStopped, StoppableExecutor
 from mleforge.tasks.task import Task
-from mleforge.train.checkpoints import (
+from mleforge.train.checkpoint_marks import (
     atomic_write,
     checkpoint_callback,
     discard_after,
@@ -64,7 +64,7 @@ from mleforge.train.checkpoints import (
 )
 from mleforge.train.config import TrainConfig
 from mleforge.train.errors import TrainError
-from mleforge.train.feedback import METRICS_FILE, ROLLOUTS_DIR
+from mleforge.train.grpo.buffer_callback import METRICS_FILE, ROLLOUTS_DIR
 from mleforge.train.model import check_model, require_train_extra
 
 log = logging.getLogger("mleforge.train")
@@ -139,13 +139,13 @@ def preflight(config: TrainConfig, registry: Any) -> Plan:
             raise TrainError(f"--sft {config.sft}: no such folder; give an `mleforge sft` run (or its model/)")
         check_model(replace(config.model, spec=f"hf:{folder}"))
     if config.journals is not None:
-        from mleforge.train.journals import journal_files
+        from mleforge.expert.episodes import journal_files
 
         journal_files(config.journals)
     import torch
     from accelerate import PartialState
 
-    from mleforge.train.generation import resolve_generation
+    from mleforge.train.grpo.generation import resolve_generation
     from mleforge.train.model import resolve_bf16, resolve_device
 
     device = resolve_device(torch, config.model.device)
@@ -203,7 +203,7 @@ def _record(plan: Plan, status: str, **extra: Any) -> dict[str, Any]:
 def train(config: TrainConfig, run_dir: str | Path | None = None, *, registry: Any = None, progress: bool = True,
           renderer: Any = None, callbacks: Sequence[Any] = ()) -> TrainResult:
     """Start a new run in `run_dir` (refused if it holds one: resume it instead). `renderer`
-    replaces the prompt renderer (mleforge.train.prompts); `callbacks` are TrainerCallbacks
+    replaces the prompt renderer (mleforge.train.prompt_renderer); `callbacks` are TrainerCallbacks
     added after the run's own (a benchmark's timers)."""
     from mleforge.tasks.registry import TaskRegistry
 
@@ -581,7 +581,7 @@ def _run(plan: Plan, folder: Path, registry: Any, progress: bool, renderer: Any,
     from mleforge.curriculum.buffer import StateBuffer
     from mleforge.curriculum.seeds import set_up_tasks
     from mleforge.tasks.preparation import prepare
-    from mleforge.train.journals import expert_journals, load_journals
+    from mleforge.expert.episodes import expert_journals, load_journals
 
     for task in (*plan.tasks, *plan.eval_tasks):
         prepare(task)
@@ -657,7 +657,7 @@ class Training:
     rollout: Any = None  # the engine's rollout_func (generation ct2 ...); None for TRL's own
 
     def close(self) -> None:
-        from mleforge.train.generation import close_rollout
+        from mleforge.train.grpo.generation import close_rollout
 
         # Each part is closed whatever the one before raised: the rollout engine's scratch
         # weights (gigabytes under <run>/ct2-rollouts/) must go even when the reward's close fails.
@@ -680,14 +680,14 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: Any, executor: An
 
     from mleforge.curriculum.config import SamplerConfig
     from mleforge.curriculum.sampler import make_sampler
-    from mleforge.train.feed import CurriculumFeed, placeholder_rows
-    from mleforge.train.feedback import FeedbackCallback
-    from mleforge.train.generation import rollout_func_for, trl_generation_args
+    from mleforge.train.grpo.state_feed import CurriculumFeed, placeholder_rows
+    from mleforge.train.grpo.buffer_callback import FeedbackCallback
+    from mleforge.train.grpo.generation import rollout_func_for, trl_generation_args
     from mleforge.train.model import load_for_training
     from mleforge.train.progress import progress_callback
-    from mleforge.train.prompts import make_renderer
-    from mleforge.train.rewards import ExecutingReward
-    from mleforge.train.trainer import CurriculumGRPOTrainer
+    from mleforge.train.prompt_renderer import make_renderer
+    from mleforge.train.grpo.executing_reward import ExecutingReward
+    from mleforge.train.grpo.trainer import CurriculumGRPOTrainer
 
     config = plan.config
     loaded = load_for_training(replace(config.model, spec=spec))

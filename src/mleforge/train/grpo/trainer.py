@@ -3,12 +3,12 @@
 Everything GRPO is TRL's: generation (or the engine behind `rollout_func`), the group
 advantages (a None reward is NaN and left out), the loss, the optimizer, checkpoints.
 This subclass changes one method. When TRL generates for a step it gets placeholder rows
-(mleforge.train.feed); the subclass fills them with the step's states and prompts, and
+(mleforge.train.grpo.state_feed); the subclass fills them with the step's states and prompts, and
 seeds torch's RNG from (seed, step, rank) first, so a step's sampling, the shuffle of its
 batch and anything else random in it depend only on the seed and the step, whether the run
 went straight through or was resumed from a checkpoint. It also times the step's
 generation and reward, and takes what a rollout engine reports of the step (its weight
-sync's seconds, the staleness of the weights it sampled from); mleforge.train.feedback
+sync's seconds, the staleness of the weights it sampled from); mleforge.train.grpo.buffer_callback
 turns them into metrics.
 
 One more, for devices without Triton (a CPU): TRL 1.16's fused LM head projects only the
@@ -45,8 +45,8 @@ from trl import GRPOTrainer
 from trl.trainer.utils import selective_log_softmax_and_entropy
 
 from mleforge.policies.base import derive_seed
-from mleforge.train.feed import CurriculumFeed
-from mleforge.train.generation import rollout_figures
+from mleforge.train.grpo.state_feed import CurriculumFeed
+from mleforge.train.grpo.generation import rollout_figures
 
 # Logits one call of the model may hold on the device-without-Triton path (float32: 1 GiB);
 # a larger chunk of sequences is split into smaller ones.

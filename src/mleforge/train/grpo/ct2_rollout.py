@@ -3,7 +3,7 @@
 TRL calls the rollout once per step's generation with this rank's rows (chat messages,
 each group's prompt `group_size` times in a row) and the trainer:
 
-    rollout = Ct2Rollout(config, tokenizer)       # mleforge.train.generation builds it
+    rollout = Ct2Rollout(config, tokenizer)       # mleforge.train.grpo.generation builds it
     out = rollout(prompts, trainer)               # {"prompt_ids", "completion_ids", "logprobs"}
     rollout.take_figures(step)                    # {"sync_s": ..., "rollout_staleness": ...}
 
@@ -17,7 +17,7 @@ each group's prompt `group_size` times in a row) and the trainer:
    renders its own; a run of identical rows (a group) is one input with `group_size`
    samples, so its prompt is prefilled once.
 3. Seeds. The trainer seeds torch's RNG with the step's seed before generating
-   (mleforge.train.trainer); that seed, `torch.initial_seed()`, seeds the engine: the same
+   (mleforge.train.grpo.trainer); that seed, `torch.initial_seed()`, seeds the engine: the same
    step of the same run samples the same completions, resumed or not.
 4. Weights. TRL 1.16 applies its importance-sampling correction
    (`vllm_importance_sampling_correction`: the ratio of the training model's to the
@@ -105,7 +105,7 @@ class Ct2Rollout:
             self.temp_root = rollout_folder(trainer)
         sync_s = self.refresh(trainer.accelerator.unwrap_model(trainer.model), step, trainer.accelerator.device)
         prompt_ids = [self.encode(p, trainer) for p in prompts]
-        seed = torch.initial_seed() % 2**32  # the trainer's step seed (mleforge.train.trainer)
+        seed = torch.initial_seed() % 2**32  # the trainer's step seed (mleforge.train.grpo.trainer)
         runs = group_runs(prompt_ids)
         completion_ids: list[list[int]] = [[] for _ in prompt_ids]
         logprobs: list[list[float]] = [[] for _ in prompt_ids]

@@ -4,7 +4,7 @@ Three ways to generate, chosen by `TrainConfig.generation`:
 
     trl      TRL samples with the training model itself (transformers' generate)
     vllm     TRL's vLLM integration (colocated on the training GPU), weights synced each step
-    ct2      CTranslate2 (mleforge.train.ct2_rollout; extra `[fast]`): the trained weights
+    ct2      CTranslate2 (mleforge.train.grpo.ct2_rollout; extra `[fast]`): the trained weights
              converted and reloaded after each step, each group's prompt prefilled once
     <name>   another engine registered here: it becomes TRL's `rollout_func`
 
@@ -49,7 +49,7 @@ EngineFactory = Callable[[Any, Any], RolloutFunc]
 
 def _ct2(config: Any, tokenizer: Any) -> RolloutFunc:
     # Imports torch and ctranslate2: only when a run generates with it.
-    from mleforge.train.ct2_rollout import Ct2Rollout
+    from mleforge.train.grpo.ct2_rollout import Ct2Rollout
 
     return Ct2Rollout(config, tokenizer)
 

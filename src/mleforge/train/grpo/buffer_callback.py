@@ -11,7 +11,7 @@ rollouts are gathered from every rank; the main process then
   3. shows the step's figures on the progress bar.
 
 So when checkpoint-<k+1> exists, the buffer is sealed through step k, and the checkpoint
-records that step (mleforge.train.checkpoints) for a resume to rewind the buffer to.
+records that step (mleforge.train.checkpoint_marks) for a resume to rewind the buffer to.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from transformers import TrainerCallback
 
 from mleforge.curriculum.buffer import StateBuffer
 from mleforge.curriculum.feedback import step_feedback
-from mleforge.train.checkpoints import atomic_write
-from mleforge.train.feed import CurriculumFeed
+from mleforge.utils.atomic import atomic_write
+from mleforge.train.grpo.state_feed import CurriculumFeed
 from mleforge.train.metrics import step_metrics
 from mleforge.train.records import LOST, RolloutLine, StepMetrics
-from mleforge.train.rewards import ExecutingReward, Rollout
+from mleforge.train.grpo.executing_reward import ExecutingReward, Rollout
 
 ROLLOUTS_DIR = "rollouts"
 METRICS_FILE = "metrics.jsonl"
