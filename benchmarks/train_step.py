@@ -74,7 +74,7 @@ def generation_choice(text: str) -> tuple[str, str | None]:
 
 def time_steps(args, registry, work: Path, choice: str, model: str) -> list[dict]:
     from mleforge.train.config import TrainConfig
-    from mleforge.train.grpo import train
+    from mleforge.train.recipe import train
 
     generation, quantization = generation_choice(choice)
     config = TrainConfig.preset_config(

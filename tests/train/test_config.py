@@ -129,7 +129,7 @@ def test_recover_drops_what_the_resumed_steps_write_again(tmp_path):
     to step 1, later metrics lines (one half-written) and rollouts go."""
     from mleforge.curriculum.buffer import StateBuffer
     from mleforge.curriculum.records import TaskReference
-    from mleforge.train.grpo import recover
+    from mleforge.train.recipe import recover
     from tests.curriculum.helpers import idea_state, rec
 
     seed = idea_state("alpha", 0)
@@ -159,7 +159,7 @@ def test_train_auto_executor_is_the_pool_wherever_it_isolates(tmp_path, monkeypa
     from mleforge.errors import SandboxError
     from mleforge.sandbox.local import LocalExecutor
     from mleforge.sandbox.pool.executor import PoolExecutor
-    from mleforge.train.grpo import auto_executor
+    from mleforge.train.recipe import auto_executor
 
     monkeypatch.delenv("MLEFORGE_ISOLATION", raising=False)
     with LocalExecutor("auto", base_dir=tmp_path / "probe") as probe:

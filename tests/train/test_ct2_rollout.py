@@ -279,7 +279,7 @@ def test_grpo_steps_on_ct2_rollouts_train_the_adapter_and_log_the_sync(tiny, tit
     the engine, and a second run of the seed repeats every rollout."""
     from safetensors.torch import load_file
 
-    from mleforge.train.grpo import train
+    from mleforge.train.recipe import train
     from tests.train.engines import short_prompt
 
     runs = [tmp_path / "a", tmp_path / "b"]

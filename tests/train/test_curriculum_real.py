@@ -157,17 +157,17 @@ def test_the_benchmark_core_on_a_tiny_model(titanic, registry, tmp_path):
 
 
 def test_the_shared_executor_is_the_one_mleforge_train_picks(monkeypatch, tmp_path):
-    """executor auto: grpo.auto_executor's choice (the warm pool wherever it isolates, as any
+    """executor auto: recipe.auto_executor's choice (the warm pool wherever it isolates, as any
     user), not a rule of its own; behind the benchmark's result cache."""
     pytest.importorskip("trl")
     from mleforge.sandbox import CachingExecutor
     from mleforge.sandbox.local import LocalExecutor
-    from mleforge.train import grpo
+    from mleforge.train import recipe
     from mleforge.train.config import TrainConfig
 
     asked = []
     picked = LocalExecutor(isolation="none")
-    monkeypatch.setattr(grpo, "auto_executor", lambda options: asked.append(options) or picked)
+    monkeypatch.setattr(recipe, "auto_executor", lambda options: asked.append(options) or picked)
     executor = bench.shared_executor(TrainConfig(executor="auto", isolation="none"), tmp_path)
     try:
         assert isinstance(executor, CachingExecutor) and executor.inner is picked

@@ -16,7 +16,7 @@ from mleforge.cli.options import on_off  # noqa: E402
 from mleforge.errors import ConfigError  # noqa: E402
 from mleforge.train.config import ModelConfig, SFTConfig, TrainConfig  # noqa: E402
 from mleforge.train.errors import TrainError  # noqa: E402
-from mleforge.train.grpo import load_run_config  # noqa: E402
+from mleforge.train.recipe import load_run_config  # noqa: E402
 from mleforge.train.sft import _check_same_run  # noqa: E402
 from tests.train.test_cli import one_step  # noqa: E402
 

@@ -37,9 +37,9 @@ from mleforge.eval.aggregate import aggregate
 from mleforge.eval.config import RUN_FIELDS, EvalConfig
 from mleforge.eval.contamination import Contamination, check_contamination
 from mleforge.eval.records import RunFailure, RunReport
-from mleforge.runs import RUN_RECORD
 from mleforge.grading.grader import no_submission_report
 from mleforge.policies.serialized import THREAD_SAFE_PREFIXES, SerializedPolicy
+from mleforge.runs import RUN_RECORD
 from mleforge.tasks.task import Task
 
 AGGREGATE_FILE = "aggregate.json"

@@ -31,7 +31,12 @@ from typing import Any
 import torch
 from trl import SFTTrainer
 
-from mleforge.train.grpo.trainer import cache_field, checkpointing_on, compact_head_native, full_cache
+from mleforge.train.grpo.trainer import (
+    cache_field,
+    checkpointing_on,
+    compact_head_native,
+    full_cache,
+)
 
 
 class CompletionSFTTrainer(SFTTrainer):

@@ -26,11 +26,11 @@ from transformers import TrainerCallback
 
 from mleforge.curriculum.buffer import StateBuffer
 from mleforge.curriculum.feedback import step_feedback
-from mleforge.utils.atomic import atomic_write
+from mleforge.train.grpo.executing_reward import ExecutingReward, Rollout
 from mleforge.train.grpo.state_feed import CurriculumFeed
 from mleforge.train.metrics import step_metrics
 from mleforge.train.records import LOST, RolloutLine, StepMetrics
-from mleforge.train.grpo.executing_reward import ExecutingReward, Rollout
+from mleforge.utils.atomic import atomic_write
 
 ROLLOUTS_DIR = "rollouts"
 METRICS_FILE = "metrics.jsonl"

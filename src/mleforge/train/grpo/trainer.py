@@ -45,8 +45,8 @@ from trl import GRPOTrainer
 from trl.trainer.utils import selective_log_softmax_and_entropy
 
 from mleforge.policies.base import derive_seed
-from mleforge.train.grpo.state_feed import CurriculumFeed
 from mleforge.train.grpo.generation import rollout_figures
+from mleforge.train.grpo.state_feed import CurriculumFeed
 
 # Logits one call of the model may hold on the device-without-Triton path (float32: 1 GiB);
 # a larger chunk of sequences is split into smaller ones.
