@@ -34,6 +34,7 @@ from mleforge.train.checkpoint_marks import checkpoint_callback, last_checkpoint
 from mleforge.train.config import ModelConfig, SFTConfig
 from mleforge.train.errors import TrainError
 from mleforge.train.model import (
+    TrainableModel,
     check_model,
     load_for_training,
     require_train_extra,
@@ -167,7 +168,7 @@ def run_sft(config: SFTConfig, *, progress: bool = True, console: Console | None
     return result
 
 
-def sft_trainer(config: SFTConfig, loaded: Any, dataset: Any, output_dir: Path) -> Any:
+def sft_trainer(config: SFTConfig, loaded: TrainableModel, dataset: Any, output_dir: Path) -> Any:
     """The trainer `run_sft` trains with: TRL's SFTTrainer with the completion-only head on a
     CPU (mleforge.train.sft_trainer), `config`'s schedule, bf16 where the device computes it."""
     import trl

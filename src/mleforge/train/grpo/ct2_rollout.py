@@ -38,12 +38,15 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from mleforge.policies.base import SamplingConfig
 from mleforge.policies.engines.ct2 import Ct2Engine, refresh_engine
+
+if TYPE_CHECKING:
+    from mleforge.train.config import TrainConfig
 
 log = logging.getLogger(__name__)
 # The ct2 weight type that is the training weights' own, by torch dtype.
@@ -83,7 +86,7 @@ class Ct2Rollout:
     """TRL's `rollout_func` on a ct2 engine that follows the trainer's weights (see the module
     docstring). `config` is the run's TrainConfig; `tokenizer` the training tokenizer."""
 
-    def __init__(self, config: Any, tokenizer: Any):
+    def __init__(self, config: TrainConfig, tokenizer: Any):
         from mleforge.policies.engines.ct2_convert import import_ctranslate2
 
         import_ctranslate2()  # the error that names [fast], before a model is converted

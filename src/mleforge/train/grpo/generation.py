@@ -37,17 +37,20 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mleforge.errors import ConfigError, MissingExtra
 from mleforge.train.errors import TrainError
+
+if TYPE_CHECKING:
+    from mleforge.train.config import TrainConfig
 
 BUILT_IN = ("trl", "vllm")
 RolloutFunc = Callable[[list, Any], dict]
 EngineFactory = Callable[[Any, Any], RolloutFunc]
 
 
-def _ct2(config: Any, tokenizer: Any) -> RolloutFunc:
+def _ct2(config: TrainConfig, tokenizer: Any) -> RolloutFunc:
     # Imports torch and ctranslate2: only when a run generates with it.
     from mleforge.train.grpo.ct2_rollout import Ct2Rollout
 
@@ -104,7 +107,7 @@ def resolve_generation(requested: str, *, cuda: bool, converts: Callable[[], boo
     return requested
 
 
-def trl_generation_args(config: Any, backend: str) -> dict[str, Any]:
+def trl_generation_args(config: TrainConfig, backend: str) -> dict[str, Any]:
     """The GRPOConfig fields of the generation: sampling settings and the backend."""
     args: dict[str, Any] = {
         "max_completion_length": config.max_new_tokens, "temperature": config.temperature,
@@ -115,7 +118,7 @@ def trl_generation_args(config: Any, backend: str) -> dict[str, Any]:
     return args
 
 
-def rollout_func_for(backend: str, config: Any, tokenizer: Any) -> RolloutFunc | None:
+def rollout_func_for(backend: str, config: TrainConfig, tokenizer: Any) -> RolloutFunc | None:
     """TRL's `rollout_func` for a registered engine; None for TRL's own generation paths."""
     if backend in BUILT_IN:
         return None
