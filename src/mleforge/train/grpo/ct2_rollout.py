@@ -25,10 +25,11 @@ each group's prompt `group_size` times in a row) and the trainer:
    is on; for a `rollout_func` without vLLM the logprobs it returns are used by the
    off-policy sequence mask alone (`off_policy_mask_threshold`, off by default) and the loss
    treats the samples as the training model's own. So the rollouts sample from the training
-   weights' own type by default (float32 on a CPU: <1e-4 nats/token from the training
-   model on SmolLM2's rollouts, measured), and `rollout_quantization: int8` (~1.3x faster,
-   0.38 nats/token off there, uncorrected) is a choice to make knowingly. When the quantization differs from the training weights, the
-   per-token logprobs (at temperature 1, as ctranslate2 scores them) go back to TRL.
+   weights' own type by default (float32 on a CPU), and `rollout_quantization: int8`
+   (faster, and further from the training distribution, uncorrected) is a choice to make
+   knowingly (the logprobs it returns against the trainer's show the distance). When the
+   quantization differs from the training weights, the per-token logprobs (at temperature 1,
+   as ctranslate2 scores them) go back to TRL.
 """
 
 from __future__ import annotations

@@ -12,13 +12,10 @@ Three ways to generate, chosen by `TrainConfig.generation`:
 where ctranslate2 is installed and converts the model (else TRL's own generate). On a CPU,
 ct2 rollouts sample at the training weights' type, float32 (TRL 1.16 applies its
 importance-sampling correction only on its vLLM path, so they must sample from the training
-distribution: <1e-4 nats/token away on SmolLM2's rollouts, against 0.38 for int8), and even
-so generate faster than TRL's generate: SmolLM2 with a LoRA adapter, a 1,055-token prompt,
-4 samples x 160 tokens, 1 thread, a quiet machine: transformers 51.7 s, ct2 float32 32.6 s
-plus a 1.9 s sync (int8: 25.7 s plus 1.1 s). Whole GRPO steps on the shared machine were
-too noisy to rank the engines (benchmarks/train_step.py, two runs: TRL 261 s against ct2
-58 s, then TRL 64 s against ct2 100 s, as other jobs' load moved); the update is most of
-a step there either way.
+distribution; int8 samples measurably further from it), and even so generate faster than
+TRL's generate (`python benchmarks/policies.py` measures the engines' generation and sync;
+`python benchmarks/train_step.py` whole GRPO steps, where the update is most of a step
+either way).
 
 An engine is a factory `factory(config, tokenizer) -> rollout(prompts, trainer)`. `rollout`
 receives this rank's rows of the step (chat messages; each group's prompt `group_size`
