@@ -19,6 +19,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from mleforge.runs import RUN_RECORD
+
 
 def add_stepwise_arguments(parser: argparse.ArgumentParser) -> None:
     """The step-wise options (the caller adds `--stepwise` itself, and the eval options)."""
@@ -61,7 +63,6 @@ def cmd_eval_stepwise(args: argparse.Namespace) -> int:
         stepwise_states,
     )
     from mleforge.policies import SamplingConfig, make_policy
-    from mleforge.runs import RUN_RECORD
     from mleforge.sandbox import make_executor
     from mleforge.tasks.preparation import prepare
     from mleforge.tasks.registry import TaskRegistry
