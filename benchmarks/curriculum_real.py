@@ -7,7 +7,7 @@
         --work bench-out/currreal --out bench-out/currreal.json                            # the bundled Qwen, hours
 
 The simulated comparison is benchmarks/curriculum.py; this one trains. For each seed and
-each sampler (uniform, learnability) it runs `mleforge train` (`mleforge.train.grpo.train`,
+each sampler (uniform, learnability) it runs `mleforge train` (`mleforge.train.recipe.train`,
 the `cpu` preset with the flags given here on top) with the same budget: `--steps` steps of
 `--groups-per-step` states x `--group-size` rollouts, the same seed, the same warm start,
 the same seed journals. The runs differ only in `sampler`.
@@ -133,7 +133,7 @@ def eta_seconds(walls: Sequence[float], remaining: int) -> float | None:
 
 
 def read_rollouts(run_dir: Path) -> list[Any]:
-    from mleforge.train.feedback import ROLLOUTS_DIR
+    from mleforge.runs import ROLLOUTS_DIR
     from mleforge.train.records import RolloutLine
 
     lines = []
@@ -144,7 +144,7 @@ def read_rollouts(run_dir: Path) -> list[Any]:
 
 def step_costs(run_dir: Path) -> dict[str, float]:
     """Mean seconds per GRPO step of generation, execution and update (metrics.jsonl)."""
-    from mleforge.train.feedback import METRICS_FILE
+    from mleforge.runs import METRICS_FILE
 
     rows = [json.loads(x) for x in (run_dir / METRICS_FILE).read_text(encoding="utf-8").splitlines() if x]
     return {key: round(sum(r[key] for r in rows) / len(rows), 3) for key in ("gen_s", "exec_s", "update_s")}
@@ -199,7 +199,7 @@ def base_config(args: argparse.Namespace, work: Path) -> Any:
 def check_work(work: Path, settings: dict[str, Any]) -> None:
     """A --work folder holds one benchmark: the same settings continue it, others are refused."""
     from mleforge.errors import ConfigError
-    from mleforge.train.checkpoints import atomic_write
+    from mleforge.utils.atomic import atomic_write
 
     path = work / BENCH_FILE
     if path.is_file():
@@ -228,21 +228,23 @@ def shared_executor(config: Any, work: Path) -> Any:
 def warm_start(args: argparse.Namespace, plan: Any, work: Path, registry: Any, executor: Any,
                progress: bool) -> tuple[str, str, str]:
     """(every run's `sft`, its `journals`, the model spec GRPO starts from), made once."""
-    from mleforge.train import grpo
+    import mleforge.train.warm_start as warm
+    from mleforge.runs import SFT_DIR
 
     journals = args.journals
     collected = None
     if plan.config.sft_mode == "auto" or journals is None:
-        collected = grpo.collect_expert(plan, work, registry, executor, progress)
+        collected = warm.collect_expert(plan, work, registry, executor, progress)
         journals = journals or collected.journals_dir
-    spec = grpo.warm_start(plan, work, collected, progress)  # auto: <work>/sft, as `mleforge train` makes it
-    sft = str(work / grpo.SFT_DIR) if plan.config.sft_mode == "auto" else plan.config.sft
+    spec = warm.warm_start(plan, work, collected, progress)  # auto: <work>/sft, as `mleforge train` makes it
+    sft = str(work / SFT_DIR) if plan.config.sft_mode == "auto" else plan.config.sft
     return sft, str(journals), spec
 
 
 def train_one(config: Any, folder: Path, registry: Any, progress: bool) -> Any:
     """One (sampler, seed) run: started, continued after a kill, or read back when done."""
-    from mleforge.train.grpo import CONFIG_FILE, resume, train
+    from mleforge.runs import CONFIG_FILE
+    from mleforge.train.recipe import resume, train
 
     if (folder / CONFIG_FILE).is_file():
         return resume(folder, registry=registry, progress=progress)
@@ -255,7 +257,7 @@ def train_one(config: Any, folder: Path, registry: Any, progress: bool) -> Any:
 def run_benchmark(args: argparse.Namespace, *, registry: Any = None, progress: bool = True) -> dict[str, Any]:
     from mleforge.cli.output import err_console
     from mleforge.errors import ConfigError
-    from mleforge.train import grpo
+    from mleforge.train import recipe
 
     if args.seeds < 2:
         raise ConfigError(f"--seeds: got {args.seeds}; a standard error over seeds needs at least 2 (3 or more "
@@ -272,7 +274,7 @@ def run_benchmark(args: argparse.Namespace, *, registry: Any = None, progress: b
     work.mkdir(parents=True, exist_ok=True)
     base = base_config(args, work)
     check_work(work, {**base.to_dict(), "journals": args.journals})
-    plan = grpo.preflight(base, registry)  # every check that needs no model, before anything heavy
+    plan = recipe.preflight(base, registry)  # every check that needs no model, before anything heavy
     from mleforge.tasks.preparation import prepare
 
     for task in (*plan.tasks, *plan.eval_tasks):
@@ -282,7 +284,7 @@ def run_benchmark(args: argparse.Namespace, *, registry: Any = None, progress: b
     try:
         shared_started = time.perf_counter()
         sft, journals, start_spec = warm_start(args, plan, work, registry, executor, progress)
-        start = grpo.stepwise_evaluation(plan, work, start_spec, "start", registry, executor, progress)
+        start = recipe.stepwise_evaluation(plan, work, start_spec, "start", registry, executor, progress)
         shared_s = round(time.perf_counter() - shared_started, 1)
         todo = [(seed, sampler) for seed in range(args.first_seed, args.first_seed + args.seeds) for sampler in SAMPLERS]
         walls: list[float] = []
@@ -298,8 +300,8 @@ def run_benchmark(args: argparse.Namespace, *, registry: Any = None, progress: b
             config = base.replace(sampler=sampler, seed=seed, sft=sft, journals=journals, stepwise_eval=False)
             result = train_one(config, folder, registry, progress)
             gc.collect()  # the trained model's memory, before the evaluation loads the result
-            after = grpo.stepwise_evaluation(plan, work, f"hf:{result.final_model}", f"after-{label}", registry,
-                                             executor)  # its states' journals were made for the start
+            after = recipe.stepwise_evaluation(plan, work, f"hf:{result.final_model}", f"after-{label}", registry,
+                                               executor)  # its states' journals were made for the start
             wall = time.perf_counter() - run_started
             if wall > 5.0:  # a run read back from disk says nothing of how long the next one takes
                 walls.append(wall)
@@ -404,7 +406,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     except MleforgeError as exc:
         raise SystemExit(f"error: {exc}") from None
     if args.out:  # atomic: the figures of hours of runs are never left half-written
-        from mleforge.train.checkpoints import atomic_write
+        from mleforge.utils.atomic import atomic_write
 
         args.out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(args.out, json.dumps(result, indent=1, default=str))

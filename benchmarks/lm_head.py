@@ -16,13 +16,13 @@ two paths `--repeats` times each in alternation.
 
 - `--objective grpo` (the default): a GRPO update micro-batch before the optimizer: the
   log-probabilities and entropies (TRL's `GRPOTrainer._get_per_token_logps_and_entropies`
-  body against mleforge.train.trainer.completion_logps) and a backward of their sum. The
+  body against mleforge.train.grpo.trainer.completion_logps) and a backward of their sum. The
   compact improve prompt's median was ~1,380 tokens, and the cpu preset caps completions at 192.
 - `--objective grpo --group G` (G > 1): a micro-batch of one GRPO group, G sequences of one
   prompt with G different completions, as the cpu preset's update takes it
   (micro_batch = group_size): the completion-only path one sequence at a time (what a
   micro-batch of 1 did) against the same path with the group's prompt run once
-  (mleforge.train.trainer.completion_logps' `share_prompts`). TRL's fused head is left out
+  (mleforge.train.grpo.trainer.completion_logps' `share_prompts`). TRL's fused head is left out
   here: it is the one-sequence comparison's baseline.
 - `--objective sft`: one `training_step` (forward, loss, backward, under the run's bf16
   autocast) of the trainer `mleforge sft` builds (mleforge.train.sft.sft_trainer), with the
@@ -129,7 +129,7 @@ def fused(model: Any, ids: Any, mask: Any, keep: int) -> Any:
 
 
 def ours(model: Any, ids: Any, mask: Any, keep: int) -> Any:
-    from mleforge.train.trainer import completion_logps
+    from mleforge.train.grpo.trainer import completion_logps
 
     logps, entropy, _ = completion_logps(model, ids, mask, keep, batch_size=1, compute_entropy=True,
                                          temperature=TEMPERATURE, entropy_requires_grad=False)
@@ -138,7 +138,7 @@ def ours(model: Any, ids: Any, mask: Any, keep: int) -> Any:
 
 def shared(model: Any, ids: Any, mask: Any, keep: int) -> Any:
     """The whole micro-batch in one call, each distinct prompt run once."""
-    from mleforge.train.trainer import completion_logps
+    from mleforge.train.grpo.trainer import completion_logps
 
     logps, entropy, _ = completion_logps(model, ids, mask, keep, batch_size=ids.size(0), compute_entropy=True,
                                          temperature=TEMPERATURE, entropy_requires_grad=False, share_prompts=True)
@@ -147,7 +147,7 @@ def shared(model: Any, ids: Any, mask: Any, keep: int) -> Any:
 
 def detached(model: Any, ids: Any, mask: Any, keep: int) -> Any:
     """The micro-batch in one call, each distinct prompt once and without a graph but its last token."""
-    from mleforge.train.trainer import completion_logps
+    from mleforge.train.grpo.trainer import completion_logps
 
     logps, entropy, _ = completion_logps(model, ids, mask, keep, batch_size=ids.size(0), compute_entropy=True,
                                          temperature=TEMPERATURE, entropy_requires_grad=False, prompt_grad=False)
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from mleforge.cli.output import print_table
-    from mleforge.train.trainer import compact_head_native
+    from mleforge.train.grpo.trainer import compact_head_native
 
     with tempfile.TemporaryDirectory(prefix="mleforge-lm-head-") as tmp:
         if args.objective == "sft":

@@ -64,7 +64,7 @@ from mleforge.policies.bundled import (
 from mleforge.policies.extras import import_torch_transformers
 from mleforge.policies.hf import HFPolicy
 from mleforge.policies.hf_config import HFConfig
-from mleforge.train.checkpoints import atomic_write
+from mleforge.utils.atomic import atomic_write
 
 SHORT = [{"role": "system", "content": "You are a helpful Python programmer."},
          {"role": "user", "content": "Write a Python function that trains a logistic regression "

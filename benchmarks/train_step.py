@@ -74,7 +74,7 @@ def generation_choice(text: str) -> tuple[str, str | None]:
 
 def time_steps(args, registry, work: Path, choice: str, model: str) -> list[dict]:
     from mleforge.train.config import TrainConfig
-    from mleforge.train.grpo import train
+    from mleforge.train.recipe import train
 
     generation, quantization = generation_choice(choice)
     config = TrainConfig.preset_config(
@@ -146,7 +146,7 @@ def time_group(reward, texts, state) -> float:
 def time_execution(args, task, registry, work: Path) -> list[dict]:
     from mleforge.agent.state import State
     from mleforge.sandbox import CachingExecutor, make_executor
-    from mleforge.train.rewards import ExecutingReward
+    from mleforge.train.grpo.executing_reward import ExecutingReward
 
     texts = expert_group(task, registry, args.group_size)
     state = State.draft(task.id, direction=task.spec.direction)

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "mleforge"
 # rank, and a peer of its own rank as long as no two packages import each other (train may
 # call eval; eval never imports train; nothing imports cli).
 LAYERS = {
-    "errors": 0, "paths": 0, "utils": 0, "config": 0,
+    "errors": 0, "paths": 0, "utils": 0, "config": 0, "runs": 0,
     "tasks": 1,
     "sandbox": 2, "grading": 2,
     "policies": 3, "reference": 3, "reward": 3,

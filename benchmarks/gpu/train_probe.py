@@ -8,10 +8,10 @@ calls, and writes PROBE_JSON when it ends (also when it fails):
     trl_use_triton     TRL 1.16's `_use_triton(device)`, by calling module, device type and
                        answer: `trl.trainer.utils` asks it inside the fused LM head, so
                        {"trl.trainer.utils": {"cuda": {"true": n}}} means TRL's Triton
-                       log-prob path ran; mleforge.train.trainer's `compact_head_native` asks
+                       log-prob path ran; mleforge.train.grpo.trainer's `compact_head_native` asks
                        it too (through `trl.kernels.chunked_logprob`)
     mleforge_completion_logps   calls of mleforge's own path for devices without Triton
-                       (mleforge.train.trainer.completion_logps): 0 on a GPU
+                       (mleforge.train.grpo.trainer.completion_logps): 0 on a GPU
     cuda               the device's name and the peak memory torch allocated
 
 GPU_CHECK_DEVICE=cpu (the CPU test of check.sh) turns the gpu-1x preset's CUDA settings
@@ -57,7 +57,7 @@ def _count_use_triton() -> None:
 
 
 def _count_completion_logps() -> None:
-    import mleforge.train.trainer as trainer
+    import mleforge.train.grpo.trainer as trainer
 
     original = trainer.completion_logps
 
@@ -72,7 +72,7 @@ def _cpu_preset() -> None:
     """The CPU test: the preset on a CPU, and the trainer on the branch it takes on a GPU (TRL's
     own fused LM head, in torch tiles here where Triton would run there; no regrouping of a
     step's rows), not the CPU's own completion-only path."""
-    import mleforge.train.trainer as trainer
+    import mleforge.train.grpo.trainer as trainer
     from mleforge.train.config import PRESETS
 
     model = PRESETS["gpu-1x"]["model"]

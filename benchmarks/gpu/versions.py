@@ -4,7 +4,7 @@
 
 nvidia-smi's view (name, driver, memory), torch's (CUDA, cuDNN, the device, its compute
 capability, `torch.cuda.is_bf16_supported()`), Triton's, whether TRL 1.16 would take its
-Triton log-prob path on this device (`_use_triton`, which mleforge.train.trainer's
+Triton log-prob path on this device (`_use_triton`, which mleforge.train.grpo.trainer's
 `compact_head_native` asks), and each package's version and where it was imported from
 (a carried wheel in the install folder, or the machine's own).
 """
@@ -75,7 +75,7 @@ def trl_view() -> dict[str, Any]:
         import torch
         from trl.kernels import chunked_logprob
 
-        from mleforge.train.trainer import compact_head_native
+        from mleforge.train.grpo.trainer import compact_head_native
     except Exception as exc:  # recorded: the check goes on and says what failed
         return {"error": f"{type(exc).__name__}: {exc}"}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -13,7 +13,8 @@ import pytest
 from mleforge.agent.actions import parse_completion
 from mleforge.agent.journal import Journal
 from mleforge.errors import ConfigError
-from mleforge.expert.collect import CollectConfig, collect_samples, load_journals
+from mleforge.expert.collect import CollectConfig, collect_samples
+from mleforge.expert.episodes import load_journals
 from mleforge.sandbox import make_executor
 from mleforge.sandbox.caching_executor import CachingExecutor
 from tests.agent.scripted import COPY_SAMPLE, CRASH, ScriptedPolicy

@@ -1,12 +1,12 @@
 """Completion engines for the GRPO tests, plugged in where the CTranslate2 engine will be
-(mleforge.train.generation): a tiny random model writes no runnable action, so these make
+(mleforge.train.grpo.generation): a tiny random model writes no runnable action, so these make
 the trainer's completions real scripts while TRL's step (loss, advantages, optimizer) runs.
 
 scripted:    the completions are COMPLETIONS in turn, the same every step.
 sampled:     the model really samples (seeded by the trainer's step seed), and its sampled
              tokens pick which of COMPLETIONS the rollout becomes: the rollouts then depend on
              the weights and the RNG, as real ones do, which is what a resume must reproduce.
-ct2-sampled: the same with the real ct2 rollout engine (mleforge.train.ct2_rollout) doing the
+ct2-sampled: the same with the real ct2 rollout engine (mleforge.train.grpo.ct2_rollout) doing the
              sampling: its weight syncs, prompt layout and seeds are the ones under test.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from mleforge.train.generation import register_engine
+from mleforge.train.grpo.generation import register_engine
 from tests.agent.scripted import COPY_SAMPLE, CRASH
 
 ZEROS = '''Predict that nobody survived.
@@ -59,7 +59,7 @@ def sampled(config, tokenizer):
 
 
 def ct2_sampled(config, tokenizer):
-    from mleforge.train.ct2_rollout import Ct2Rollout
+    from mleforge.train.grpo.ct2_rollout import Ct2Rollout
 
     class Ct2Sampled(Ct2Rollout):
         def __call__(self, prompts, trainer):
@@ -76,7 +76,7 @@ register_engine("ct2-sampled-test", ct2_sampled, replace=True)
 
 
 def short_prompt(state, task):
-    """A renderer (mleforge.train.prompts.Renderer) of a few dozen tokens that still tells
+    """A renderer (mleforge.train.prompt_renderer.Renderer) of a few dozen tokens that still tells
     states apart: for tests whose subject is not the prompt (the real one is ~5,000 tokens
     of the tiny tokenizer, and the tiny model's attention over it dominates a step)."""
     target = state.target

@@ -16,8 +16,9 @@ import os
 import sys
 import time
 
-from mleforge.train import feedback, grpo
+from mleforge.train import recipe
 from mleforge.train.config import TrainConfig
+from mleforge.train.grpo import buffer_callback
 from tests.train import engines  # registers the test engines
 
 HOLD = "MLEFORGE_TEST_HOLD_AFTER_STEP"
@@ -27,7 +28,7 @@ HELD = "held"  # the file that says the process is holding
 def main() -> None:
     run_dir, what = sys.argv[1], sys.argv[2]
     if os.environ.get(HOLD):
-        step, original = int(os.environ[HOLD]), feedback.FeedbackCallback.feed_back
+        step, original = int(os.environ[HOLD]), buffer_callback.FeedbackCallback.feed_back
 
         def feed_back(self, at, *args, **kwargs):
             out = original(self, at, *args, **kwargs)
@@ -36,12 +37,12 @@ def main() -> None:
                 time.sleep(3600)
             return out
 
-        feedback.FeedbackCallback.feed_back = feed_back
+        buffer_callback.FeedbackCallback.feed_back = feed_back
     if what == "--resume":
-        grpo.resume(run_dir, progress=False, renderer=engines.short_prompt)
+        recipe.resume(run_dir, progress=False, renderer=engines.short_prompt)
     else:
         with open(what) as handle:
-            grpo.train(TrainConfig.from_dict(json.load(handle)), run_dir, progress=False,
+            recipe.train(TrainConfig.from_dict(json.load(handle)), run_dir, progress=False,
                        renderer=engines.short_prompt)
 
 

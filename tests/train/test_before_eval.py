@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from mleforge.train import grpo
+from mleforge.train import recipe
 from mleforge.train.config import TrainConfig
-from mleforge.train.grpo import BeforeEvaluation, load_run_config
+from mleforge.train.recipe import before_evaluation, load_run_config
 
 EVAL_TASKS = (SimpleNamespace(id="penguins"),)
 
@@ -24,14 +24,14 @@ def plan(**changes):
 
 
 class Recorder:
-    """A stand-in for grpo.stepwise_evaluation: records the thread and arguments of each call;
+    """A stand-in for recipe.stepwise_evaluation: records the thread and arguments of each call;
     `gate` (if set) is waited on, as long as a real evaluation would run."""
 
     def __init__(self, gate=None, error=None):
         self.calls, self.gate, self.error = [], gate, error
         self.gate_opened = None
 
-    def __call__(self, plan, folder, spec, label, registry, executor, progress=False):
+    def __call__(self, plan, folder, spec, label, registry, executor, progress=False, console=None):
         self.calls.append({"thread": threading.current_thread().name, "spec": spec, "label": label,
                            "progress": progress})
         if self.gate is not None:
@@ -46,8 +46,8 @@ class Recorder:
 def test_alongside_it_runs_in_its_own_thread_while_the_caller_goes_on(tmp_path, monkeypatch):
     gate = threading.Event()
     fake = Recorder(gate=gate)
-    monkeypatch.setattr(grpo, "stepwise_evaluation", fake)
-    before = BeforeEvaluation(plan(), tmp_path, None, None, False, alongside=True)
+    monkeypatch.setattr(recipe, "stepwise_evaluation", fake)
+    before = before_evaluation(plan(), tmp_path, None, None, False, alongside=True)
     # the caller is not blocked: it is the one that lets the evaluation finish
     assert before.running and fake.gate_opened is None
     gate.set()
@@ -65,19 +65,19 @@ def test_otherwise_it_runs_at_once_in_the_callers_thread(tmp_path, monkeypatch, 
     """Nothing to run beside it, an evaluation already made (a resumed run) or none wanted:
     stepwise_evaluation is called at once, in the foreground, with the caller's progress."""
     fake = Recorder()
-    monkeypatch.setattr(grpo, "stepwise_evaluation", fake)
+    monkeypatch.setattr(recipe, "stepwise_evaluation", fake)
     if done:
         (tmp_path / "stepwise").mkdir()
         (tmp_path / "stepwise" / "before.json").write_text("{}")
-    before = BeforeEvaluation(plan(stepwise_eval=wanted), tmp_path, None, None, True, alongside=alongside)
+    before = before_evaluation(plan(stepwise_eval=wanted), tmp_path, None, None, True, alongside=alongside)
     assert not before.running and len(fake.calls) == 1
     assert (fake.calls[0]["thread"], fake.calls[0]["progress"]) == (threading.current_thread().name, True)
     assert before.wait()["label"] == "before"
 
 
 def test_its_error_reaches_the_caller_when_it_waits(tmp_path, monkeypatch):
-    monkeypatch.setattr(grpo, "stepwise_evaluation", Recorder(error=RuntimeError("the model did not load")))
-    before = BeforeEvaluation(plan(), tmp_path, None, None, False, alongside=True)
+    monkeypatch.setattr(recipe, "stepwise_evaluation", Recorder(error=RuntimeError("the model did not load")))
+    before = before_evaluation(plan(), tmp_path, None, None, False, alongside=True)
     with pytest.raises(RuntimeError, match="the model did not load"):
         before.wait()
 
@@ -85,12 +85,10 @@ def test_its_error_reaches_the_caller_when_it_waits(tmp_path, monkeypatch):
 def test_it_says_what_it_found_when_it_ran_in_the_background(tmp_path, monkeypatch):
     from rich.console import Console
 
-    from mleforge.cli import output
-
-    monkeypatch.setattr(grpo, "stepwise_evaluation", Recorder())
+    monkeypatch.setattr(recipe, "stepwise_evaluation", Recorder())
     captured = io.StringIO()
-    monkeypatch.setattr(output, "err_console", Console(file=captured, width=300))  # the module's, restored after
-    before = BeforeEvaluation(plan(), tmp_path, None, None, True, alongside=True)
+    console = Console(file=captured, width=300)  # the console the CLI passes in
+    before = before_evaluation(plan(), tmp_path, None, None, True, alongside=True, console=console)
     before.wait()
     err = captured.getvalue()
     assert "step-wise evaluation (before) of bundled:qwen2.5-coder-0.5b on penguins: running alongside" in err
@@ -169,7 +167,7 @@ def test_a_failing_collection_stops_the_evaluation_before_the_executor_closes(ti
     the collection's error is what the caller gets."""
     from mleforge.sandbox.stoppable import ExecutorStopped
     from mleforge.train.config import ModelConfig
-    from mleforge.train.grpo import train
+    from mleforge.train.recipe import train
 
     events, seen = [], {}
     running = threading.Event()
@@ -193,10 +191,10 @@ def test_a_failing_collection_stops_the_evaluation_before_the_executor_closes(ti
         def __getattr__(self, name):
             return getattr(self.inner, name)
 
-    real_executor = grpo._executor
-    monkeypatch.setattr(grpo, "_executor", lambda config, folder: Recording(real_executor(config, folder)))
+    real_executor = recipe._executor
+    monkeypatch.setattr(recipe, "_executor", lambda config, folder: Recording(real_executor(config, folder)))
 
-    def evaluation(plan, folder, spec, label, registry, executor, progress=False):
+    def evaluation(plan, folder, spec, label, registry, executor, progress=False, console=None):
         seen["thread"] = threading.current_thread().name
         try:
             executor.run(SLEEPER, titanic)
@@ -204,12 +202,12 @@ def test_a_failing_collection_stops_the_evaluation_before_the_executor_closes(ti
             seen["stopped"] = exc
             raise
 
-    def collect(plan, folder, registry, executor, progress):
+    def collect(plan, folder, registry, executor, progress, console=None):
         assert running.wait(60)
         raise RuntimeError("the collection failed")
 
-    monkeypatch.setattr(grpo, "stepwise_evaluation", evaluation)
-    monkeypatch.setattr(grpo, "collect_expert", collect)
+    monkeypatch.setattr(recipe, "stepwise_evaluation", evaluation)
+    monkeypatch.setattr(recipe, "collect_expert", collect)
     config = TrainConfig(model=ModelConfig(spec=f"hf:{tiny}"), tasks="titanic", eval_tasks="penguins", steps=1,
                          group_size=2, executor="local", engine="transformers")
     with pytest.raises(RuntimeError, match="the collection failed"):

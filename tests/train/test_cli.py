@@ -20,7 +20,7 @@ from mleforge.errors import MissingExtra  # noqa: E402
 from mleforge.eval.contamination import read_record  # noqa: E402
 from mleforge.policies import SamplingConfig, make_policy  # noqa: E402
 from mleforge.train.config import TrainConfig  # noqa: E402
-from mleforge.train.generation import ct2_installed  # noqa: E402
+from mleforge.train.grpo.generation import ct2_installed  # noqa: E402
 from mleforge.train.model import require_train_extra  # noqa: E402
 from mleforge.train.records import RolloutLine, StepMetrics  # noqa: E402
 

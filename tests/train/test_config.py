@@ -8,12 +8,12 @@ import pytest
 import yaml
 
 from mleforge.errors import ConfigError
-from mleforge.train.checkpoints import MARK, discard_after, last_checkpoint
+from mleforge.train.checkpoint_marks import MARK, discard_after, last_checkpoint
 from mleforge.train.config import PRESETS, ModelConfig, SFTConfig, TrainConfig
 from mleforge.train.errors import TrainError
-from mleforge.train.generation import register_engine, resolve_generation, trl_generation_args
+from mleforge.train.grpo.generation import register_engine, resolve_generation, trl_generation_args
 from mleforge.train.model import cpu_has_bf16
-from mleforge.train.prompts import compact_prompt
+from mleforge.train.prompt_renderer import compact_prompt
 
 
 def test_the_defaults_are_the_cpu_preset_and_every_preset_validates():
@@ -129,7 +129,7 @@ def test_recover_drops_what_the_resumed_steps_write_again(tmp_path):
     to step 1, later metrics lines (one half-written) and rollouts go."""
     from mleforge.curriculum.buffer import StateBuffer
     from mleforge.curriculum.records import TaskReference
-    from mleforge.train.grpo import recover
+    from mleforge.train.recipe import recover
     from tests.curriculum.helpers import idea_state, rec
 
     seed = idea_state("alpha", 0)

@@ -18,8 +18,8 @@ pytest.importorskip("trl")
 from mleforge.errors import ConfigError, MissingExtra  # noqa: E402
 from mleforge.policies import SamplingConfig  # noqa: E402
 from mleforge.train.config import ModelConfig, TrainConfig  # noqa: E402
-from mleforge.train.ct2_rollout import Ct2Rollout, due_for_sync, group_runs  # noqa: E402
-from mleforge.train.generation import resolve_generation  # noqa: E402
+from mleforge.train.grpo.ct2_rollout import Ct2Rollout, due_for_sync, group_runs  # noqa: E402
+from mleforge.train.grpo.generation import resolve_generation  # noqa: E402
 
 
 def test_group_runs_and_the_sync_schedule():
@@ -55,7 +55,7 @@ def test_rollout_settings_are_checked():
 
 
 def test_auto_takes_ct2_on_a_cpu_where_it_is_installed_and_converts_the_model(monkeypatch):
-    import mleforge.train.generation as generation
+    import mleforge.train.grpo.generation as generation
 
     monkeypatch.setattr(generation, "ct2_installed", lambda: True)
     assert resolve_generation("auto", cuda=False, converts=lambda: True) == "ct2"
@@ -135,7 +135,7 @@ def config(**changes):
 
 
 def rollout_at(rollout, model, step, seed):
-    torch.manual_seed(seed)  # as the trainer seeds each step (mleforge.train.trainer)
+    torch.manual_seed(seed)  # as the trainer seeds each step (mleforge.train.grpo.trainer)
     return rollout(PROMPTS, trainer_at(model, step))
 
 
@@ -279,7 +279,7 @@ def test_grpo_steps_on_ct2_rollouts_train_the_adapter_and_log_the_sync(tiny, tit
     the engine, and a second run of the seed repeats every rollout."""
     from safetensors.torch import load_file
 
-    from mleforge.train.grpo import train
+    from mleforge.train.recipe import train
     from tests.train.engines import short_prompt
 
     runs = [tmp_path / "a", tmp_path / "b"]

@@ -17,9 +17,9 @@ from mleforge.errors import SandboxError  # noqa: E402
 from mleforge.reward import RewardConfig  # noqa: E402
 from mleforge.sandbox import make_executor  # noqa: E402
 from mleforge.train.config import ModelConfig, TrainConfig  # noqa: E402
-from mleforge.train.grpo import train  # noqa: E402
+from mleforge.train.grpo.executing_reward import ExecutingReward  # noqa: E402
+from mleforge.train.recipe import train  # noqa: E402
 from mleforge.train.records import StepMetrics  # noqa: E402
-from mleforge.train.rewards import ExecutingReward  # noqa: E402
 from tests.agent.scripted import COPY_SAMPLE, CRASH  # noqa: E402
 from tests.train import engines  # noqa: E402  (registers the test engines)
 
@@ -123,7 +123,7 @@ def test_one_grpo_step_trains_the_adapter_and_grows_the_buffer(tiny, titanic, jo
 
 
 def test_training_close_releases_the_rollout_engine_when_the_reward_close_fails():
-    from mleforge.train.grpo import Training
+    from mleforge.train.grpo.training import Training
 
     closed = []
 

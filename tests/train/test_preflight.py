@@ -12,7 +12,7 @@ from mleforge.policies.bundled import BUNDLED, bundled_at, get_bundled, package_
 from mleforge.policies.model_source import resolve_model
 from mleforge.tasks.registry import TaskRegistry
 from mleforge.train.config import ModelConfig, TrainConfig
-from mleforge.train.grpo import ct2_architecture_problem, preflight
+from mleforge.train.preflight import ct2_architecture_problem, preflight
 
 pytest.importorskip("trl")
 

@@ -16,7 +16,7 @@ from mleforge.cli.options import on_off  # noqa: E402
 from mleforge.errors import ConfigError  # noqa: E402
 from mleforge.train.config import ModelConfig, SFTConfig, TrainConfig  # noqa: E402
 from mleforge.train.errors import TrainError  # noqa: E402
-from mleforge.train.grpo import load_run_config  # noqa: E402
+from mleforge.train.recipe import load_run_config  # noqa: E402
 from mleforge.train.sft import _check_same_run  # noqa: E402
 from tests.train.test_cli import one_step  # noqa: E402
 
@@ -66,7 +66,7 @@ def test_a_run_from_before_the_setting_resumes_as_it_ran(tmp_path):
 
 @pytest.mark.parametrize("flag", ["on", None])
 def test_a_step_takes_the_setting_to_the_trainer(flag, tiny, titanic, journals, data_root, tmp_path, monkeypatch):
-    import mleforge.train.trainer as trainer
+    import mleforge.train.grpo.trainer as trainer
 
     seen = []
     original = trainer.completion_logps

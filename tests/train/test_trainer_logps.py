@@ -13,7 +13,7 @@ from peft import LoraConfig, get_peft_model  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 from trl.trainer.utils import add_fused_lm_head  # noqa: E402
 
-from mleforge.train.trainer import (  # noqa: E402
+from mleforge.train.grpo.trainer import (  # noqa: E402
     chunk_bounds,
     compact_head_native,
     completion_logps,
@@ -206,7 +206,7 @@ def test_chunk_bounds_cut_between_groups_where_they_fit(groups, chunk, bounds):
 
 
 def test_chunks_keep_a_prompts_rows_together_and_give_the_rows_order_back(model, monkeypatch):
-    import mleforge.train.trainer as trainer
+    import mleforge.train.grpo.trainer as trainer
 
     ids, mask, keep = group_batch()
     with torch.no_grad():
@@ -226,7 +226,7 @@ def test_chunks_keep_a_prompts_rows_together_and_give_the_rows_order_back(model,
 
 
 def test_a_large_chunk_is_split_and_entropy_can_be_left_out(model, monkeypatch):
-    import mleforge.train.trainer as trainer
+    import mleforge.train.grpo.trainer as trainer
 
     ids, mask, keep = batch()
     with torch.no_grad():
@@ -273,7 +273,7 @@ def test_the_lm_head_benchmark_times_both_paths_on_a_tiny_model(tmp_path):
 
 
 def test_a_steps_micro_batches_are_re_split_one_prompt_each():
-    from mleforge.train.trainer import regroup_by_prompt
+    from mleforge.train.grpo.trainer import regroup_by_prompt
 
     a, b = torch.tensor([0, 5, 6]), torch.tensor([7, 8, 9])
     ones = torch.ones(3, dtype=torch.long)

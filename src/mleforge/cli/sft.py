@@ -52,7 +52,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
         loss_samples=args.loss_samples, seed=args.seed,
     )
     as_json = getattr(args, "json", False)
-    result = run_sft(config, progress=not as_json)
+    result = run_sft(config, progress=not as_json, console=err_console)
     if as_json:
         print_json(result.to_dict())
         return 0

@@ -19,6 +19,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from mleforge.runs import RUN_RECORD
+
 
 def add_stepwise_arguments(parser: argparse.ArgumentParser) -> None:
     """The step-wise options (the caller adds `--stepwise` itself, and the eval options)."""
@@ -50,7 +52,7 @@ def cmd_eval_stepwise(args: argparse.Namespace) -> int:
     from mleforge.cli.options import executor_options
     from mleforge.cli.output import err_console, print_json, print_table
     from mleforge.errors import ConfigError
-    from mleforge.eval.contamination import RUN_RECORD, check_contamination
+    from mleforge.eval.contamination import check_contamination
     from mleforge.eval.runner import safe_name
     from mleforge.eval.stepwise import (
         METRICS,
@@ -100,7 +102,7 @@ def cmd_eval_stepwise(args: argparse.Namespace) -> int:
         policy = make_policy(policy_name, **options)
         try:
             with record_progress(f"step-wise {policy_name}: generating, then running", len(states),
-                                 enabled=not quiet) as on_record:
+                                 enabled=not quiet, console=err_console) as on_record:
                 result = run_stepwise(policy, states, tasks, executor, sampling=sampling,
                                       prompt_config=PromptConfig.for_profile(args.prompt_profile),
                                       policy_name=policy_name, workers=_get(args, "workers", 2),

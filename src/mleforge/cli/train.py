@@ -141,7 +141,7 @@ def _registry(args: argparse.Namespace):
 def cmd_train(args: argparse.Namespace) -> int:
     from mleforge.train.config import TrainConfig
     from mleforge.train.errors import TrainError
-    from mleforge.train.grpo import resume, train
+    from mleforge.train.recipe import resume, train
 
     as_json = getattr(args, "json", False)
     given = overrides(args)
@@ -150,16 +150,17 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise TrainError(f"--resume {args.resume} continues that run with its own config.yaml; drop the other "
                              "settings (" + ", ".join(sorted(set(given) | ({"run_dir"} if args.run_dir else set())))
                              + ")")
-        result = resume(args.resume, registry=_registry(args), progress=not as_json)
+        result = resume(args.resume, registry=_registry(args), progress=not as_json, console=err_console)
     else:
         config = TrainConfig.preset_config(args.preset, **given)
-        result = train(config, args.run_dir, registry=_registry(args), progress=not as_json)
+        result = train(config, args.run_dir, registry=_registry(args), progress=not as_json,
+                       console=err_console)
     if as_json:
         print_json(result.to_dict())
         return 0
     print_table("train", ["run", "steps", "final model", "wall s"],
                 [[result.run_dir, result.steps, f"hf:{result.final_model}", result.wall_s]])
-    from mleforge.train.grpo import stepwise_table
+    from mleforge.eval.stages import stepwise_table
 
     table = stepwise_table(Path(result.run_dir))
     if table is not None:

@@ -9,6 +9,10 @@
     write_report([result.eval_dir], "runs/eval/template/report")
 
 Modules: `config` (EvalConfig), `runner` (the grid), `records` (per-run reports), `aggregate`
-(the pure aggregation math), `contamination` (the training-set guard), `report`, `sections`
-and `plots` (Markdown and HTML). This package imports nothing itself.
+(the pure aggregation math), `contamination` (the training-set guard), `stepwise` (ML-Agent's
+step-wise evaluation), `stages` (a training run's step-wise evaluations before, after its warm
+start and after), `background` (the one before, beside the expert's collection), `report`,
+`sections`, `train_sections` and `plots` (Markdown and HTML). Nothing here imports
+mleforge.train: a training run hands in what its evaluations need. This package imports
+nothing itself.
 """

@@ -24,9 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mleforge.errors import ConfigError
-
-RUN_RECORD = "run.json"
-CHECKPOINT_RECORD = "mleforge_run.json"
+from mleforge.runs import CHECKPOINT_RECORD, RUN_RECORD
 
 
 @dataclass(frozen=True)

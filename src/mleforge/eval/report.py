@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from mleforge.errors import ConfigError
+from mleforge.runs import RUN_RECORD
 
 SECTION_MODULES = {"eval": "mleforge.eval.sections", "stepwise": "mleforge.eval.stepwise",
-                   "train": "mleforge.train.report", "sft": "mleforge.train.report"}
+                   "train": "mleforge.eval.train_sections", "sft": "mleforge.eval.train_sections"}
 
 
 # --- blocks and sections --------------------------------------------------------------------------
@@ -104,14 +105,14 @@ def load_run(path: str | Path, label: str | None = None) -> LoadedRun:
     folder = Path(path)
     if folder.is_file():  # a record or aggregate file names its folder
         folder = folder.parent
-    record_path = folder / "run.json"
+    record_path = folder / RUN_RECORD
     if not record_path.is_file():
         raise ConfigError(f"{folder} is not a run folder (no run.json); give the folder an "
                           "`mleforge eval` (or another run) wrote")
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
         files = {p.stem: json.loads(p.read_text(encoding="utf-8"))
-                 for p in sorted(folder.glob("*.json")) if p.name != "run.json"}
+                 for p in sorted(folder.glob("*.json")) if p.name != RUN_RECORD}
     except ValueError as exc:
         raise ConfigError(f"{folder}: a JSON file is malformed ({exc})") from None
     kind = str(record.get("kind", "unknown"))

@@ -29,16 +29,22 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mleforge.agent.runner import EpisodeRunner
 from mleforge.errors import ConfigError
 from mleforge.eval.aggregate import aggregate
 from mleforge.eval.config import RUN_FIELDS, EvalConfig
-from mleforge.eval.contamination import RUN_RECORD, Contamination, check_contamination
+from mleforge.eval.contamination import Contamination, check_contamination
 from mleforge.eval.records import RunFailure, RunReport
 from mleforge.grading.grader import no_submission_report
 from mleforge.policies.serialized import THREAD_SAFE_PREFIXES, SerializedPolicy
+from mleforge.runs import RUN_RECORD
+
+if TYPE_CHECKING:
+    from mleforge.policies import Policy
+    from mleforge.sandbox import Executor
+    from mleforge.tasks.registry import TaskRegistry
 from mleforge.tasks.task import Task
 
 AGGREGATE_FILE = "aggregate.json"
@@ -90,8 +96,8 @@ def _canonical(data: Any) -> Any:
 class EvalGrid:
     """One evaluation: `run()` executes the grid and returns the aggregate."""
 
-    def __init__(self, config: EvalConfig, eval_dir: str | Path, *, registry: Any = None, policy: Any = None,
-                 executor: Any = None, listener: GridListener | None = None):
+    def __init__(self, config: EvalConfig, eval_dir: str | Path, *, registry: TaskRegistry | None = None,
+                 policy: Policy | None = None, executor: Executor | None = None, listener: GridListener | None = None):
         from mleforge.tasks.registry import TaskRegistry
 
         self.config = config
@@ -169,7 +175,7 @@ class EvalGrid:
 
     # --- one run ---
 
-    def _run_one(self, task: Task, seed: int, policy: Any, executor: Any) -> RunReport | RunFailure | None:
+    def _run_one(self, task: Task, seed: int, policy: Policy, executor: Executor) -> RunReport | RunFailure | None:
         """Run one episode; None when the grid was stopped before it finished."""
         run_dir = run_dir_for(self.eval_dir, task.id, seed)
 
@@ -322,8 +328,9 @@ def protocol(feedback: str) -> dict[str, str]:
     }
 
 
-def run_eval(config: EvalConfig, eval_dir: str | Path, *, registry: Any = None, policy: Any = None,
-             executor: Any = None, listener: GridListener | None = None, fresh: bool = False) -> EvalResult:
+def run_eval(config: EvalConfig, eval_dir: str | Path, *, registry: TaskRegistry | None = None,
+             policy: Policy | None = None, executor: Executor | None = None,
+             listener: GridListener | None = None, fresh: bool = False) -> EvalResult:
     """Run (or resume) the evaluation grid of `config` in `eval_dir`; see the module doc."""
     return EvalGrid(config, eval_dir, registry=registry, policy=policy, executor=executor,
                     listener=listener).run(fresh=fresh)

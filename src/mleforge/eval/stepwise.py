@@ -36,9 +36,10 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from rich.console import Console
 
 from mleforge.agent.journal import Journal
 from mleforge.agent.prompt_config import PromptConfig
@@ -49,6 +50,12 @@ from mleforge.errors import ConfigError
 from mleforge.eval.aggregate import mean_sem
 from mleforge.eval.report import Callout, LoadedRun, Section, Table, Text, register_section
 from mleforge.tasks.task import Task
+
+if TYPE_CHECKING:
+    from mleforge.policies import Policy, SamplingConfig
+    from mleforge.reward import RewardConfig
+    from mleforge.sandbox import Executor
+    from mleforge.tasks.registry import TaskRegistry
 
 RESULT_FILE = "stepwise.json"
 METRICS = (("format_error_rate", "format errors %", 100.0), ("valid_rate", "valid %", 100.0),
@@ -66,24 +73,29 @@ def _journal_states(journal: Journal) -> list[State]:
     return journal_states(journal)
 
 
-def expert_journals(tasks: Sequence[Task], work_dir: str | Path, *, registry: Any = None, episodes: int = 1,
-                    steps: int = 6, executor: Any = None, progress: bool = False) -> list[Journal]:
+def collected_journals(tasks: Sequence[Task], work_dir: str | Path, *, registry: TaskRegistry | None = None,
+                       episodes: int = 1, steps: int = 6, executor: Executor | None = None, progress: bool = False,
+                       console: Console | None = None) -> list[Journal]:
     """Template-expert journals of `tasks`, made (or resumed, or found) in `work_dir` by collect."""
-    from mleforge.expert.collect import CollectConfig, collect_samples, load_journals
+    from mleforge.expert.collect import CollectConfig, collect_samples
+    from mleforge.expert.episodes import load_journals
 
     if registry is None:
         from mleforge.tasks.registry import TaskRegistry
 
         registry = TaskRegistry()
     config = CollectConfig(tasks=",".join(t.id for t in tasks), episodes=episodes, steps=steps, embedder="tfidf")
-    result = collect_samples(config, work_dir, registry=registry, executor=executor, progress=progress)
+    result = collect_samples(config, work_dir, registry=registry, executor=executor, progress=progress,
+                             console=console)
     return load_journals(result.journals_dir)
 
 
-def stepwise_states(tasks: Sequence[Task], *, n_states: int, seed: int, journals: Any = None,
+def stepwise_states(tasks: Sequence[Task], *, n_states: int, seed: int,
+                    journals: str | Path | Sequence[Journal] | None = None,
                     work_dir: str | Path | None = None, stages: Sequence[str] = ("draft", "debug", "improve"),
-                    registry: Any = None, episodes: int = 1, steps: int = 6, executor: Any = None,
-                    progress: bool = False) -> list[State]:
+                    registry: TaskRegistry | None = None, episodes: int = 1, steps: int = 6,
+                    executor: Executor | None = None, progress: bool = False,
+                    console: Console | None = None) -> list[State]:
     """A fixed, seeded set of at most `n_states` states along expert journals of `tasks`.
 
     `journals`: a folder (of `mleforge collect` or `mleforge eval` output) or Journal records;
@@ -97,10 +109,10 @@ def stepwise_states(tasks: Sequence[Task], *, n_states: int, seed: int, journals
     if journals is None:
         if work_dir is None:
             raise ConfigError("give journals (a folder or records) or a work_dir to make them in")
-        records = expert_journals(tasks, work_dir, registry=registry, episodes=episodes, steps=steps,
-                                  executor=executor, progress=progress)
+        records = collected_journals(tasks, work_dir, registry=registry, episodes=episodes, steps=steps,
+                                     executor=executor, progress=progress, console=console)
     elif isinstance(journals, (str, Path)):
-        from mleforge.expert.collect import load_journals
+        from mleforge.expert.episodes import load_journals
 
         records = load_journals(journals)
     else:
@@ -224,15 +236,15 @@ class StepwiseResult:
 
 
 @contextmanager
-def record_progress(title: str, total: int, enabled: bool = True) -> Iterator[Callable[[Any], None]]:
-    """A rich bar on stderr counting the states whose completion has run (generation comes first,
-    so the bar waits at 0 while the elapsed time runs); yields run_stepwise's `on_record`."""
+def record_progress(title: str, total: int, enabled: bool = True,
+                    console: Console | None = None) -> Iterator[Callable[[Any], None]]:
+    """A rich bar on `console` (stderr by default) counting the states whose completion has run
+    (generation comes first, so the bar waits at 0 while the elapsed time runs); yields
+    run_stepwise's `on_record`."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from mleforge.cli.output import err_console
-
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, disable=not enabled) as progress:
+                  console=console or Console(stderr=True), disable=not enabled) as progress:
         bar = progress.add_task(title, total=total)
         yield lambda record: progress.advance(bar)
 
@@ -250,8 +262,9 @@ def perfect_score(task: Task) -> float | None:
         return None
 
 
-def run_stepwise(policy: Any, states: Sequence[State], tasks: Sequence[Task] | Mapping[str, Task], executor: Any,
-                 *, sampling: Any, prompt_config: PromptConfig | None = None, reward_config: Any = None,
+def run_stepwise(policy: Policy, states: Sequence[State], tasks: Sequence[Task] | Mapping[str, Task],
+                 executor: Executor, *, sampling: SamplingConfig, prompt_config: PromptConfig | None = None,
+                 reward_config: RewardConfig | None = None,
                  policy_name: str | None = None, batch_size: int = 8, workers: int = 2,
                  run_timeout_s: float | None = None, contamination: Mapping[str, Any] | None = None,
                  on_record: Any = None) -> StepwiseResult:

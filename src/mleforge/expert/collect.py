@@ -57,7 +57,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -75,12 +75,19 @@ from mleforge.expert.collect_config import (
     EPISODE_FIELDS,
     JOURNALS_DIR,
     MAX_EPISODES,
-    RUN_RECORD,
     SAMPLES_FILE,
     SUMMARY_FILE,
     CollectConfig,
 )
+from mleforge.runs import RUN_RECORD
 from mleforge.tasks.task import Task
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from mleforge.policies import Policy
+    from mleforge.sandbox import Executor
+    from mleforge.tasks.registry import TaskRegistry
 
 
 def _saved_budget(saved: dict[str, Any]) -> int:
@@ -142,15 +149,6 @@ def _write_json(path: Path, data: Any) -> None:
 
 def episode_dir(out_dir: str | Path, task_id: str, name: str) -> Path:
     return Path(out_dir) / JOURNALS_DIR / task_id.replace(":", "_").replace("/", "_") / name
-
-
-def load_journals(journals_dir: str | Path) -> list[Journal]:
-    """Every journal under a folder (a collect folder, its journals/, or any tree of
-    EpisodeRunner folders), in path order."""
-    root = Path(journals_dir)
-    if not root.is_dir():
-        raise ConfigError(f"no journals folder at {root}; give what `mleforge collect` wrote")
-    return [Journal.load(p) for p in sorted(root.rglob("journal.json"))]
 
 
 # --- ideas -----------------------------------------------------------------------------------------
@@ -274,7 +272,7 @@ def episode_samples(run_dir: Path, task: Task, prompt_config: PromptConfig, *, t
 class CollectProgress:
     """Live progress with rich: the steps done over the whole grid and the episodes finished."""
 
-    def __init__(self, console: Any = None, disable: bool = False):
+    def __init__(self, console: Console | None = None, disable: bool = False):
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -325,8 +323,9 @@ class CollectProgress:
 class Collector:
     """One collect folder: `run()` runs (or resumes) the grid and writes the samples."""
 
-    def __init__(self, config: CollectConfig, out_dir: str | Path, *, registry: Any = None, policy: Any = None,
-                 executor: Any = None, progress: CollectProgress | None = None):
+    def __init__(self, config: CollectConfig, out_dir: str | Path, *, registry: TaskRegistry | None = None,
+                 policy: Policy | None = None, executor: Executor | None = None,
+                 progress: CollectProgress | None = None):
         from mleforge.tasks.registry import TaskRegistry
 
         self.config = config
@@ -372,7 +371,7 @@ class Collector:
             policy = SerializedPolicy(policy)
         return policy, owned
 
-    def _grid(self, policy: Any) -> list[Episode]:
+    def _grid(self, policy: Policy) -> list[Episode]:
         from mleforge.tasks.preparation import prepare
 
         grid = []
@@ -389,7 +388,7 @@ class Collector:
         path = episode_dir(self.out_dir, episode.task.id, episode.name) / "journal.json"
         return len(Journal.load(path)) if path.is_file() else 0
 
-    def _run_one(self, episode: Episode, policy: Any, executor: Any) -> None:
+    def _run_one(self, episode: Episode, policy: Policy, executor: Executor) -> None:
         run_dir = episode_dir(self.out_dir, episode.task.id, episode.name)
 
         def on_step(outcome: Any) -> None:
@@ -438,7 +437,7 @@ class Collector:
                 policy.close()
         return result
 
-    def _run_todo(self, todo: list[Episode], policy: Any) -> None:
+    def _run_todo(self, todo: list[Episode], policy: Policy) -> None:
         from mleforge.sandbox import make_executor
 
         executor = self._executor if self._executor is not None else make_executor(self.config.executor, **({"isolation": self.config.isolation} if self.config.isolation else {}))
@@ -517,9 +516,10 @@ class Collector:
         self._stop.set()
 
 
-def collect_samples(config: CollectConfig, out_dir: str | Path, *, registry: Any = None, policy: Any = None,
-                    executor: Any = None, progress: bool | CollectProgress = False, fresh: bool = False,
-                    console: Any = None) -> CollectResult:
+def collect_samples(config: CollectConfig, out_dir: str | Path, *, registry: TaskRegistry | None = None,
+                    policy: Policy | None = None, executor: Executor | None = None,
+                    progress: bool | CollectProgress = False, fresh: bool = False,
+                    console: Console | None = None) -> CollectResult:
     """Run (or resume) the expert episodes of `config` in `out_dir` and write their SFT
     samples; see the module doc. `progress=True` shows a rich bar on `console` (stderr)."""
     listener: CollectProgress | None

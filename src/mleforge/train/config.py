@@ -33,7 +33,7 @@ from mleforge.curriculum.config import SAMPLER_KINDS, BufferConfig, Learnability
 from mleforge.errors import ConfigError
 from mleforge.policies.engines.base import ENGINE_CHOICES, QUANTIZATIONS
 from mleforge.reward import RewardConfig
-from mleforge.train.prompts import compact_prompt
+from mleforge.train.prompt_renderer import compact_prompt
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")

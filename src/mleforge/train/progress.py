@@ -2,16 +2,20 @@
 
 `RichProgress` is a transformers TrainerCallback built on first use (transformers is an
 extra); `set_figures` lets the trainer's own code (the GRPO feedback) show what a step did.
-Output goes to stderr, so stdout stays for `--json` and tables.
+Output goes to the console the caller passes (the CLI's stderr console), stderr by default,
+so stdout stays for `--json` and tables.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Console
 
-def progress_callback(title: str, *, enabled: bool = True) -> Any:
-    """A TrainerCallback that draws a rich progress bar (nothing when `enabled` is False)."""
+
+def progress_callback(title: str, *, enabled: bool = True, console: Console | None = None) -> Any:
+    """A TrainerCallback that draws a rich progress bar on `console` (nothing when `enabled`
+    is False)."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -22,14 +26,14 @@ def progress_callback(title: str, *, enabled: bool = True) -> Any:
     )
     from transformers import TrainerCallback
 
-    from mleforge.cli.output import err_console
+    shown_on = console or Console(stderr=True)
 
     class RichProgress(TrainerCallback):
         def __init__(self) -> None:
             self.progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                 TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[figures]}"),
-                console=err_console, disable=not enabled,
+                console=shown_on, disable=not enabled,
             )
             self.bar: Any = None
             self.figures = ""

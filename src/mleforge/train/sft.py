@@ -27,12 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from rich.console import Console
 
-from mleforge.eval.contamination import CHECKPOINT_RECORD, RUN_RECORD
-from mleforge.train.checkpoints import atomic_write, checkpoint_callback, last_checkpoint
+from mleforge.runs import CHECKPOINT_RECORD, CHECKPOINTS_DIR, MODEL_DIR, RUN_RECORD
+from mleforge.train.checkpoint_marks import checkpoint_callback, last_checkpoint
 from mleforge.train.config import ModelConfig, SFTConfig
 from mleforge.train.errors import TrainError
 from mleforge.train.model import (
+    TrainableModel,
     check_model,
     load_for_training,
     require_train_extra,
@@ -40,9 +42,7 @@ from mleforge.train.model import (
     save_trained,
 )
 from mleforge.train.samples import SFTSample, fit_samples, read_samples, tasks_of
-
-MODEL_DIR = "model"
-CHECKPOINTS_DIR = "checkpoints"
+from mleforge.utils.atomic import atomic_write
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def _metrics_callback(path: Path) -> Any:
     return LossLog()
 
 
-def run_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
+def run_sft(config: SFTConfig, *, progress: bool = True, console: Console | None = None) -> SFTResult:
     """Fine-tune `config.model` on `config.samples` into `config.out` (see the module
     docstring); resumes from the run's last complete checkpoint."""
     started = time.monotonic()
@@ -121,7 +121,7 @@ def run_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
     run_dir = Path(config.out).expanduser().resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     _check_same_run(run_dir, config)
-    done = _finished(run_dir)
+    done = finished_sft(run_dir)
     if done is not None:  # the same command again, after the run ended: nothing to redo
         return done
 
@@ -147,7 +147,7 @@ def run_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
     for printer in (PrinterCallback, ProgressCallback):  # our own bar and metrics.jsonl instead
         trainer.remove_callback(printer)
 
-    bar = progress_callback(f"sft {config.model.spec}", enabled=progress)
+    bar = progress_callback(f"sft {config.model.spec}", enabled=progress, console=console)
     for callback in (bar, _metrics_callback(run_dir / "metrics.jsonl"),
                      checkpoint_callback(full=loaded.full, base_spec=loaded.base_spec, run_record=record)):
         trainer.add_callback(callback)
@@ -168,7 +168,7 @@ def run_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
     return result
 
 
-def sft_trainer(config: SFTConfig, loaded: Any, dataset: Any, output_dir: Path) -> Any:
+def sft_trainer(config: SFTConfig, loaded: TrainableModel, dataset: Any, output_dir: Path) -> Any:
     """The trainer `run_sft` trains with: TRL's SFTTrainer with the completion-only head on a
     CPU (mleforge.train.sft_trainer), `config`'s schedule, bf16 where the device computes it."""
     import trl
@@ -191,7 +191,9 @@ def sft_trainer(config: SFTConfig, loaded: Any, dataset: Any, output_dir: Path) 
                                 prompt_grad=config.model.prompt_grad)
 
 
-def _finished(run_dir: Path) -> SFTResult | None:
+def finished_sft(run_dir: Path) -> SFTResult | None:
+    """The result of the finished `mleforge sft` run in `run_dir`; None where there is none, or
+    it has not finished (a resumed `mleforge train` skips a warm start that has)."""
     try:
         record = json.loads((run_dir / RUN_RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError):

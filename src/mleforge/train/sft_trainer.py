@@ -4,8 +4,9 @@ TRL 1.16's SFTTrainer computes its loss with the fused LM head (`add_fused_lm_he
 backbone's hidden states go through the vocabulary projection in tiles and come back as
 per-token log-probabilities, entropies and top-1 hits. Where Triton runs it projects only
 the positions whose label counts; elsewhere (a CPU) it projects every position, so that
-tile shapes stay fixed. A warm-start sample of the cpu preset is a ~1,250-token prompt and a
-~130-token completion whose loss alone counts, so there the head did ~10x the work needed.
+tile shapes stay fixed. A warm-start sample of the cpu preset is a long prompt and a short
+completion whose loss alone counts, so there the head did several times the work needed
+(`python benchmarks/lm_head.py --objective sft` measures it).
 
 `CompletionSFTTrainer.compute_loss` gives the fused head only what it would score anyway:
 the hidden states from the first column with a counted label on, and the matching
@@ -31,7 +32,12 @@ from typing import Any
 import torch
 from trl import SFTTrainer
 
-from mleforge.train.trainer import cache_field, checkpointing_on, compact_head_native, full_cache
+from mleforge.train.grpo.trainer import (
+    cache_field,
+    checkpointing_on,
+    compact_head_native,
+    full_cache,
+)
 
 
 class CompletionSFTTrainer(SFTTrainer):

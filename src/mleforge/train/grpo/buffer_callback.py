@@ -11,7 +11,7 @@ rollouts are gathered from every rank; the main process then
   3. shows the step's figures on the progress bar.
 
 So when checkpoint-<k+1> exists, the buffer is sealed through step k, and the checkpoint
-records that step (mleforge.train.checkpoints) for a resume to rewind the buffer to.
+records that step (mleforge.train.checkpoint_marks) for a resume to rewind the buffer to.
 """
 
 from __future__ import annotations
@@ -20,20 +20,22 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
 from mleforge.curriculum.buffer import StateBuffer
 from mleforge.curriculum.feedback import step_feedback
-from mleforge.train.checkpoints import atomic_write
-from mleforge.train.feed import CurriculumFeed
+from mleforge.runs import METRICS_FILE, ROLLOUTS_DIR
+from mleforge.train.grpo.executing_reward import ExecutingReward, Rollout
+from mleforge.train.grpo.state_feed import CurriculumFeed
 from mleforge.train.metrics import step_metrics
 from mleforge.train.records import LOST, RolloutLine, StepMetrics
-from mleforge.train.rewards import ExecutingReward, Rollout
+from mleforge.utils.atomic import atomic_write
 
-ROLLOUTS_DIR = "rollouts"
-METRICS_FILE = "metrics.jsonl"
+if TYPE_CHECKING:
+    from mleforge.train.grpo.trainer import CurriculumGRPOTrainer
+
 
 
 def rollout_line(r: Rollout) -> RolloutLine:
@@ -58,7 +60,7 @@ def append_line(path: Path, data: dict[str, Any]) -> None:
 
 
 class FeedbackCallback(TrainerCallback):
-    def __init__(self, *, trainer: Any, buffer: StateBuffer, feed: CurriculumFeed, reward: ExecutingReward,
+    def __init__(self, *, trainer: CurriculumGRPOTrainer, buffer: StateBuffer, feed: CurriculumFeed, reward: ExecutingReward,
                  run_dir: Path, grow: bool, progress: Any = None):
         self.trainer = trainer
         self.buffer = buffer

@@ -1,4 +1,4 @@
-"""Expert journals, the buffer's seeds: from collected runs, or made by the template expert.
+"""Expert journals, the buffer's seeds: read from a folder of runs, or made by the template expert.
 
 ML-Agent's step-wise RL samples states from the expert's state distribution: every state
 along an expert trajectory (mleforge.curriculum.seeds.journal_states). `load_journals`
@@ -10,42 +10,43 @@ there continues its episodes).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mleforge.agent.journal import Journal
-from mleforge.train.errors import TrainError
+from mleforge.errors import ConfigError
+from mleforge.runs import EXPERT_DIR
+
+if TYPE_CHECKING:
+    from mleforge.sandbox import Executor
+    from mleforge.tasks.registry import TaskRegistry
+    from mleforge.tasks.task import Task
 
 JOURNAL_FILE = "journal.json"
-EXPERT_DIR = "expert"
 
 
-def journal_files(folder: str | Path) -> list[Path]:
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        raise TrainError(f"--journals {folder}: not a folder; give a folder of collected runs (mleforge collect)")
-    files = sorted(folder.rglob(JOURNAL_FILE))
-    if not files:
-        raise TrainError(f"--journals {folder}: no {JOURNAL_FILE} under it; run `mleforge collect` first, "
-                         "or leave --journals out to let the template expert make them")
-    return files
-
-
-def load_journals(folder: str | Path, task_ids: Sequence[str]) -> list[Journal]:
-    """The journals under `folder` of the tasks `task_ids` (others are left out), in path order."""
+def load_journals(folder: str | Path, task_ids: Sequence[str] | None = None) -> list[Journal]:
+    """Every journal under `folder` (a collect folder, its journals/, or any tree of
+    EpisodeRunner folders), in path order. With `task_ids`, only the journals of those
+    tasks, and at least one (a folder of other tasks' journals is refused)."""
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise ConfigError(f"no journals folder at {root}; give what `mleforge collect` wrote")
+    journals = [Journal.load(p) for p in sorted(root.rglob(JOURNAL_FILE))]
+    if task_ids is None:
+        return journals
     wanted = set(task_ids)
-    journals = [Journal.load(path) for path in journal_files(folder)]
     kept = [j for j in journals if j.task_id in wanted]
     if not kept:
         found = sorted({j.task_id for j in journals})
-        raise TrainError(f"--journals {folder}: no journal of the training tasks ({', '.join(sorted(wanted))}); "
-                         f"it holds {', '.join(found)}")
+        raise ConfigError(f"--journals {folder}: no journal of the training tasks ({', '.join(sorted(wanted))}); "
+                          f"it holds {', '.join(found)}")
     return kept
 
 
-def expert_journals(tasks: Sequence[Any], run_dir: str | Path, *, steps: int, seed: int, executor: Any,
-                    registry: Any, on_step: Any = None) -> list[Journal]:
+def expert_journals(tasks: Sequence[Task], run_dir: str | Path, *, steps: int, seed: int, executor: Executor,
+                    registry: TaskRegistry, on_step: Callable[..., Any] | None = None) -> list[Journal]:
     """One template-expert episode of `steps` steps per task (seeded), saved under
     `<run_dir>/expert/<task>/`; finished episodes are read back, not redone."""
     from mleforge.agent.runner import EpisodeConfig, EpisodeRunner

@@ -5,9 +5,10 @@ chooses its budgets. On a CPU every prompt token is paid three times a step (gen
 and the two passes of the update), so the CPU preset uses the compact profile
 (`PromptConfig.compact()`): the goal, metric and submission format instead of the whole
 description, a trimmed data overview, a short target script, no memory of other attempts
-(about 1,000-1,200 tokens where the full prompt is 3,600 for titanic). The same
-PromptConfig renders every prompt of a run: the collected SFT samples, the GRPO states and
-the step-wise evaluation, so the warm start, the RL and the measurement see one format.
+(a fraction of the full prompt's tokens: `python benchmarks/prompt_tokens.py` counts them).
+The same PromptConfig renders every prompt of a run: the collected SFT samples, the GRPO
+states and the step-wise evaluation, so the warm start, the RL and the measurement see one
+format.
 """
 
 from __future__ import annotations

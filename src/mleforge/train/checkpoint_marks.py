@@ -12,28 +12,19 @@ contamination like the final model.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mleforge.eval.contamination import CHECKPOINT_RECORD
 from mleforge.policies.model_source import write_marker
+from mleforge.runs import CHECKPOINT_RECORD
+from mleforge.utils.atomic import atomic_write
 
 MARK = "mleforge_checkpoint.json"
 PREFIX = "checkpoint-"
 _STEP = re.compile(rf"^{PREFIX}(\d+)$")
-
-
-def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def checkpoints(folder: str | Path) -> list[tuple[int, Path, bool]]:

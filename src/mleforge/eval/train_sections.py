@@ -16,13 +16,14 @@ from typing import Any
 
 from mleforge.eval import plots
 from mleforge.eval.report import Callout, Figure, LoadedRun, Section, Table, Text, register_section
+from mleforge.runs import METRICS_FILE, STEPWISE_DIR
 
 EDGE_STEPS = 3  # "first" and "last" figures are means over this many steps
 TABLE_STEPS = 30
 
 
 def metrics(run: LoadedRun) -> list[dict[str, Any]]:
-    path = Path(run.path) / "metrics.jsonl"
+    path = Path(run.path) / METRICS_FILE
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -42,7 +43,7 @@ def _edges(lines: list[dict[str, Any]], key: str) -> str:
 
 
 def _stepwise(run: LoadedRun, label: str) -> dict[str, Any]:
-    path = Path(run.path) / "stepwise" / f"{label}.json"
+    path = Path(run.path) / STEPWISE_DIR / f"{label}.json"
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
@@ -81,8 +82,8 @@ def stepwise_section(runs: Sequence[LoadedRun]) -> list[Section]:
     """Each run's step-wise evaluation before training, after its warm start (where there was
     one) and after (mleforge.eval.stepwise.compare_stages): the same states and sampling each
     time, so the warm start's change and GRPO's own are apart."""
+    from mleforge.eval.stages import stepwise_stages
     from mleforge.eval.stepwise import compare_stages
-    from mleforge.train.grpo import stepwise_stages
 
     blocks: list[Any] = []
     for run in runs:

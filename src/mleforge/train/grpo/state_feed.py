@@ -22,7 +22,7 @@ from mleforge.curriculum.sampler import SampledBatch, Sampler
 from mleforge.tasks.task import Task
 from mleforge.train.errors import TrainError
 from mleforge.train.metrics import entropy
-from mleforge.train.prompts import Renderer
+from mleforge.train.prompt_renderer import Renderer
 
 PLACEHOLDER: Messages = [{"role": "user", "content": ""}]
 WAIT_S = 600.0  # how long a rank waits for the main process to seal the previous step

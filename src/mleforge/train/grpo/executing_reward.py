@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mleforge.agent.state import State
 from mleforge.agent.step import RewardContext, StepOutcome, node_id_for, run_step
@@ -29,6 +29,10 @@ from mleforge.errors import SandboxError
 from mleforge.reward import RewardConfig
 from mleforge.sandbox import RunLimits
 from mleforge.tasks.task import Task
+
+if TYPE_CHECKING:
+    from mleforge.sandbox import Executor
+    from mleforge.train.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,7 @@ class ExecutingReward:
     def __init__(
         self,
         tasks: Mapping[str, Task],
-        executor: Any,
+        executor: Executor,
         states: Callable[[int], Mapping[str, State]],
         *,
         reward: RewardConfig | None = None,
@@ -139,3 +143,13 @@ class ExecutingReward:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def execution_workers(config: TrainConfig, tasks: Sequence[Task]) -> int:
+    """How many of a group's runs execute at once: `exec_workers`, else what every task's
+    limits allow on this machine."""
+    from mleforge.sandbox.batch import default_workers
+
+    if config.exec_workers is not None:
+        return config.exec_workers
+    return min(default_workers(RunLimits.of(None, t.spec.limits)) for t in tasks)

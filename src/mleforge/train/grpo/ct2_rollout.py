@@ -3,7 +3,7 @@
 TRL calls the rollout once per step's generation with this rank's rows (chat messages,
 each group's prompt `group_size` times in a row) and the trainer:
 
-    rollout = Ct2Rollout(config, tokenizer)       # mleforge.train.generation builds it
+    rollout = Ct2Rollout(config, tokenizer)       # mleforge.train.grpo.generation builds it
     out = rollout(prompts, trainer)               # {"prompt_ids", "completion_ids", "logprobs"}
     rollout.take_figures(step)                    # {"sync_s": ..., "rollout_staleness": ...}
 
@@ -17,7 +17,7 @@ each group's prompt `group_size` times in a row) and the trainer:
    renders its own; a run of identical rows (a group) is one input with `group_size`
    samples, so its prompt is prefilled once.
 3. Seeds. The trainer seeds torch's RNG with the step's seed before generating
-   (mleforge.train.trainer); that seed, `torch.initial_seed()`, seeds the engine: the same
+   (mleforge.train.grpo.trainer); that seed, `torch.initial_seed()`, seeds the engine: the same
    step of the same run samples the same completions, resumed or not.
 4. Weights. TRL 1.16 applies its importance-sampling correction
    (`vllm_importance_sampling_correction`: the ratio of the training model's to the
@@ -25,10 +25,11 @@ each group's prompt `group_size` times in a row) and the trainer:
    is on; for a `rollout_func` without vLLM the logprobs it returns are used by the
    off-policy sequence mask alone (`off_policy_mask_threshold`, off by default) and the loss
    treats the samples as the training model's own. So the rollouts sample from the training
-   weights' own type by default (float32 on a CPU: <1e-4 nats/token from the training
-   model on SmolLM2's rollouts, measured), and `rollout_quantization: int8` (~1.3x faster,
-   0.38 nats/token off there, uncorrected) is a choice to make knowingly. When the quantization differs from the training weights, the
-   per-token logprobs (at temperature 1, as ctranslate2 scores them) go back to TRL.
+   weights' own type by default (float32 on a CPU), and `rollout_quantization: int8`
+   (faster, and further from the training distribution, uncorrected) is a choice to make
+   knowingly (the logprobs it returns against the trainer's show the distance). When the
+   quantization differs from the training weights, the per-token logprobs (at temperature 1,
+   as ctranslate2 scores them) go back to TRL.
 """
 
 from __future__ import annotations
@@ -38,12 +39,15 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from mleforge.policies.base import SamplingConfig
 from mleforge.policies.engines.ct2 import Ct2Engine, refresh_engine
+
+if TYPE_CHECKING:
+    from mleforge.train.config import TrainConfig
 
 log = logging.getLogger(__name__)
 # The ct2 weight type that is the training weights' own, by torch dtype.
@@ -83,7 +87,7 @@ class Ct2Rollout:
     """TRL's `rollout_func` on a ct2 engine that follows the trainer's weights (see the module
     docstring). `config` is the run's TrainConfig; `tokenizer` the training tokenizer."""
 
-    def __init__(self, config: Any, tokenizer: Any):
+    def __init__(self, config: TrainConfig, tokenizer: Any):
         from mleforge.policies.extras import import_ctranslate2
 
         import_ctranslate2()  # the error that names [fast], before a model is converted
@@ -105,7 +109,7 @@ class Ct2Rollout:
             self.temp_root = rollout_folder(trainer)
         sync_s = self.refresh(trainer.accelerator.unwrap_model(trainer.model), step, trainer.accelerator.device)
         prompt_ids = [self.encode(p, trainer) for p in prompts]
-        seed = torch.initial_seed() % 2**32  # the trainer's step seed (mleforge.train.trainer)
+        seed = torch.initial_seed() % 2**32  # the trainer's step seed (mleforge.train.grpo.trainer)
         runs = group_runs(prompt_ids)
         completion_ids: list[list[int]] = [[] for _ in prompt_ids]
         logprobs: list[list[float]] = [[] for _ in prompt_ids]

@@ -3,19 +3,19 @@
 Everything GRPO is TRL's: generation (or the engine behind `rollout_func`), the group
 advantages (a None reward is NaN and left out), the loss, the optimizer, checkpoints.
 This subclass changes one method. When TRL generates for a step it gets placeholder rows
-(mleforge.train.feed); the subclass fills them with the step's states and prompts, and
+(mleforge.train.grpo.state_feed); the subclass fills them with the step's states and prompts, and
 seeds torch's RNG from (seed, step, rank) first, so a step's sampling, the shuffle of its
 batch and anything else random in it depend only on the seed and the step, whether the run
 went straight through or was resumed from a checkpoint. It also times the step's
 generation and reward, and takes what a rollout engine reports of the step (its weight
-sync's seconds, the staleness of the weights it sampled from); mleforge.train.feedback
+sync's seconds, the staleness of the weights it sampled from); mleforge.train.grpo.buffer_callback
 turns them into metrics.
 
 One more, for devices without Triton (a CPU): TRL 1.16's fused LM head projects only the
 completion positions through the vocabulary where Triton runs, and every position
-elsewhere (so that tile shapes stay fixed). A CPU step's sequence is a ~1,400-token prompt
-and a <=192-token completion, so the head did 8x the work needed: 30% of the update's time
-under py-spy in a main-job step. There, `_get_per_token_logps_and_entropies` asks the
+elsewhere (so that tile shapes stay fixed). A CPU step's sequence is a long prompt and a
+short completion, so the head did several times the work needed (`python benchmarks/lm_head.py`
+measures it). There, `_get_per_token_logps_and_entropies` asks the
 model's own forward for the last `logits_to_keep + 1` positions' logits and takes the same
 log-probabilities and entropies from them with TRL's `selective_log_softmax_and_entropy`
 (equal to the fused head's to float precision: tests/train/test_trainer_logps.py). The loss,
@@ -25,8 +25,8 @@ On that path the rows of one call that share a prompt (a GRPO group) run it thro
 once: the prompt's forward keeps its graph and its key/value cache is gathered out to the rows,
 whose completions attend to it (`completion_logps`' share_prompts). The cpu preset's
 micro-batch is one group, and `_prepare_inputs` re-splits TRL's shuffled step so that each
-micro-batch holds one prompt's rows. A group update of 1,250 prompt + 4 x 192 completion
-tokens took 56.6 s against 137.1 s one sequence at a time (benchmarks/lm_head.py --group 4).
+micro-batch holds one prompt's rows, which makes a group's update several times cheaper than
+one sequence at a time (`python benchmarks/lm_head.py --group 4`).
 With ModelConfig.prompt_grad off (the cpu preset's) the prompt but its last token runs without a
 graph (`_detached_prompt_logits`), so the backward pass covers the completions only. Where Triton
 runs (a GPU), TRL's own path runs as it is, with the exact gradient, whatever prompt_grad says.
@@ -45,8 +45,8 @@ from trl import GRPOTrainer
 from trl.trainer.utils import selective_log_softmax_and_entropy
 
 from mleforge.policies.base import derive_seed
-from mleforge.train.feed import CurriculumFeed
-from mleforge.train.generation import rollout_figures
+from mleforge.train.grpo.generation import rollout_figures
+from mleforge.train.grpo.state_feed import CurriculumFeed
 
 # Logits one call of the model may hold on the device-without-Triton path (float32: 1 GiB);
 # a larger chunk of sequences is split into smaller ones.

@@ -4,7 +4,7 @@ Three ways to generate, chosen by `TrainConfig.generation`:
 
     trl      TRL samples with the training model itself (transformers' generate)
     vllm     TRL's vLLM integration (colocated on the training GPU), weights synced each step
-    ct2      CTranslate2 (mleforge.train.ct2_rollout; extra `[fast]`): the trained weights
+    ct2      CTranslate2 (mleforge.train.grpo.ct2_rollout; extra `[fast]`): the trained weights
              converted and reloaded after each step, each group's prompt prefilled once
     <name>   another engine registered here: it becomes TRL's `rollout_func`
 
@@ -12,13 +12,10 @@ Three ways to generate, chosen by `TrainConfig.generation`:
 where ctranslate2 is installed and converts the model (else TRL's own generate). On a CPU,
 ct2 rollouts sample at the training weights' type, float32 (TRL 1.16 applies its
 importance-sampling correction only on its vLLM path, so they must sample from the training
-distribution: <1e-4 nats/token away on SmolLM2's rollouts, against 0.38 for int8), and even
-so generate faster than TRL's generate: SmolLM2 with a LoRA adapter, a 1,055-token prompt,
-4 samples x 160 tokens, 1 thread, a quiet machine: transformers 51.7 s, ct2 float32 32.6 s
-plus a 1.9 s sync (int8: 25.7 s plus 1.1 s). Whole GRPO steps on the shared machine were
-too noisy to rank the engines (benchmarks/train_step.py, two runs: TRL 261 s against ct2
-58 s, then TRL 64 s against ct2 100 s, as other jobs' load moved); the update is most of
-a step there either way.
+distribution; int8 samples measurably further from it), and even so generate faster than
+TRL's generate (`python benchmarks/policies.py` measures the engines' generation and sync;
+`python benchmarks/train_step.py` whole GRPO steps, where the update is most of a step
+either way).
 
 An engine is a factory `factory(config, tokenizer) -> rollout(prompts, trainer)`. `rollout`
 receives this rank's rows of the step (chat messages; each group's prompt `group_size`
@@ -37,19 +34,22 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mleforge.errors import ConfigError, MissingExtra
 from mleforge.train.errors import TrainError
+
+if TYPE_CHECKING:
+    from mleforge.train.config import TrainConfig
 
 BUILT_IN = ("trl", "vllm")
 RolloutFunc = Callable[[list, Any], dict]
 EngineFactory = Callable[[Any, Any], RolloutFunc]
 
 
-def _ct2(config: Any, tokenizer: Any) -> RolloutFunc:
+def _ct2(config: TrainConfig, tokenizer: Any) -> RolloutFunc:
     # Imports torch and ctranslate2: only when a run generates with it.
-    from mleforge.train.ct2_rollout import Ct2Rollout
+    from mleforge.train.grpo.ct2_rollout import Ct2Rollout
 
     return Ct2Rollout(config, tokenizer)
 
@@ -104,7 +104,7 @@ def resolve_generation(requested: str, *, cuda: bool, converts: Callable[[], boo
     return requested
 
 
-def trl_generation_args(config: Any, backend: str) -> dict[str, Any]:
+def trl_generation_args(config: TrainConfig, backend: str) -> dict[str, Any]:
     """The GRPOConfig fields of the generation: sampling settings and the backend."""
     args: dict[str, Any] = {
         "max_completion_length": config.max_new_tokens, "temperature": config.temperature,
@@ -115,7 +115,7 @@ def trl_generation_args(config: Any, backend: str) -> dict[str, Any]:
     return args
 
 
-def rollout_func_for(backend: str, config: Any, tokenizer: Any) -> RolloutFunc | None:
+def rollout_func_for(backend: str, config: TrainConfig, tokenizer: Any) -> RolloutFunc | None:
     """TRL's `rollout_func` for a registered engine; None for TRL's own generation paths."""
     if backend in BUILT_IN:
         return None

@@ -1,0 +1,102 @@
+"""The warm start of `mleforge train`: the model GRPO starts from.
+
+    --sft none    the model as given
+    --sft PATH    an `mleforge sft` run (or its model/)
+    --sft auto    `mleforge collect` with the template expert on the training tasks in <run>/collect,
+                  then `mleforge sft` on its samples in <run>/sft; done once (a resumed run finds
+                  both finished), and the collection's journals seed the buffer too
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from mleforge.runs import COLLECT_DIR, SFT_DIR
+from mleforge.train.config import TrainConfig
+from mleforge.train.errors import TrainError
+
+if TYPE_CHECKING:
+    from mleforge.expert.collect import CollectResult
+    from mleforge.expert.collect_config import CollectConfig
+    from mleforge.sandbox import Executor
+    from mleforge.tasks.registry import TaskRegistry
+    from mleforge.tasks.task import Task
+    from mleforge.train.plan import Plan
+    from mleforge.train.sft import SFTResult
+
+
+def sft_model_folder(path: str) -> Path:
+    """The model folder of `--sft PATH`: an `mleforge sft` run directory or its model/."""
+    folder = Path(path).expanduser().resolve()
+    if (folder / "model").is_dir() and not (folder / "adapter_config.json").exists():
+        folder = folder / "model"
+    return folder
+
+
+def collect_config(config: TrainConfig, tasks: Sequence[Task]) -> CollectConfig:
+    """The `mleforge collect` of --sft auto: the template expert on the training tasks, its
+    samples rendered with the run's prompt (refused where the run's PromptConfig is not a
+    profile collect can render: the warm start must see the prompts GRPO will)."""
+    from mleforge.agent.prompt_config import PromptConfig
+    from mleforge.expert.collect_config import CollectConfig
+
+    profile, code_chars = config.prompt.profile, config.prompt.code_chars
+    if PromptConfig.for_profile(profile, code_chars=code_chars) != config.prompt:
+        raise TrainError(f"--sft auto renders its samples with the {profile} prompt profile, and this run's prompt "
+                         f"config changes that profile's budgets beyond code_chars; use the profile's own "
+                         f"budgets (PromptConfig.for_profile), or collect yourself and pass --sft PATH")
+    return CollectConfig(tasks=",".join(t.id for t in tasks), teacher="template", episodes=config.sft_episodes,
+                         first_seed=config.seed, steps=config.expert_steps, embedder="tfidf",
+                         executor=config.executor if config.executor in ("local", "pool") else "local",
+                         isolation=config.isolation,
+                         prompt_profile=profile, code_chars=code_chars)
+
+
+def collect_expert(plan: Plan, folder: Path, registry: TaskRegistry, executor: Executor, progress: bool,
+                   console: Console | None = None) -> CollectResult:
+    """--sft auto's collect in <run>/collect (resumed: finished episodes are read back)."""
+    from mleforge.expert.collect import collect_samples
+
+    return collect_samples(collect_config(plan.config, plan.tasks), folder / COLLECT_DIR, registry=registry,
+                           executor=executor, progress=progress, console=console)
+
+
+def sft_done(folder: Path) -> SFTResult | None:
+    """The finished warm start of --sft auto in <run>/sft, or None."""
+    from mleforge.train.sft import finished_sft
+
+    return finished_sft(folder / SFT_DIR)
+
+
+def warm_start(plan: Plan, folder: Path, collected: CollectResult | None, progress: bool,
+               console: Console | None = None) -> str:
+    """The spec of the model GRPO starts from: --sft none, PATH, or auto (SFT on `collected`,
+    done once: a resumed run finds sft/ finished). auto fine-tunes on the samples of the
+    stages GRPO trains on (`seed_stages`): on the cpu preset the short debug and improve
+    edits, not the whole-script drafts that are 10x longer than its completion cap."""
+    config = plan.config
+    if config.sft_mode == "none":
+        return config.model.spec
+    if config.sft_mode == "path":
+        return f"hf:{sft_model_folder(config.sft)}"
+    done = sft_done(folder)
+    if done is not None:
+        return f"hf:{done.model_dir}"
+    from mleforge.train.config import SFTConfig
+    from mleforge.train.sft import run_sft
+
+    assert collected is not None  # auto collects whenever its warm start is not done
+    if not collected.counts.get("samples"):
+        raise TrainError(f"--sft auto: the template expert's episodes in {collected.out_dir} gave no sample "
+                         f"(left out: {collected.counts.get('left_out')}); raise sft_episodes or expert_steps, or "
+                         "pass --sft none")
+    result = run_sft(SFTConfig(samples=collected.samples_path, out=str(folder / SFT_DIR), model=config.model,
+                               max_steps=config.sft_steps, lr=config.sft_lr, batch_size=config.sft_batch_size,
+                               grad_accum=config.sft_grad_accum, max_length=config.sft_max_length,
+                               stages=config.seed_stages, loss_samples=config.sft_loss_samples,
+                               seed=config.seed), progress=progress, console=console)
+    return f"hf:{result.model_dir}"
