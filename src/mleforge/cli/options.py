@@ -24,6 +24,11 @@ def common() -> argparse.ArgumentParser:
     return common
 
 
+def add_config_file(p: argparse.ArgumentParser, help_text: str) -> None:
+    """--config FILE: the command's settings from YAML (read as `args.config`; flags win)."""
+    p.add_argument("--config", metavar="FILE", help=help_text)
+
+
 def task_registry(args: argparse.Namespace):
     """The task registry of the shared options: built-in tasks, `--tasks-dir`, `--data-dir`."""
     from mleforge.tasks.registry import TaskRegistry

@@ -25,7 +25,7 @@ A run directory holds
                                run that collects, BeforeEvaluation); after, final/. The same
                                states (from stepwise/expert/, template-expert journals of the
                                eval tasks) and sampling both times
-    stepwise/sft.json          the same for the warm start's model (stepwise_after_sft)
+    stepwise/sft.json          the same for the warm start's model (stepwise.after_sft)
     ct2-rollouts/rank-<i>/     generation ct2: the engine's converted weights while it runs
                                (deleted at the end, and when a killed run resumes)
     final/                     the trained adapter (or model): `hf:<run>/final`
@@ -131,12 +131,12 @@ def preflight(config: TrainConfig, registry: Any) -> Plan:
         raise TrainError(f"--eval-tasks {', '.join(overlap)} are also training tasks; the step-wise evaluation "
                          "measures tasks the run does not train on: pick others (or --eval-tasks '')")
     source = check_model(config.model)
-    if config.sft_mode == "auto":
+    if config.warm_start_mode == "auto":
         collect_config(config, tasks)  # its prompt must be the run's (below)
-    if config.sft_mode == "path":
-        folder = sft_model_folder(config.sft)
+    if config.warm_start_mode == "path":
+        folder = sft_model_folder(config.warm_start)
         if not folder.is_dir():
-            raise TrainError(f"--sft {config.sft}: no such folder; give an `mleforge sft` run (or its model/)")
+            raise TrainError(f"--sft {config.warm_start}: no such folder; give an `mleforge sft` run (or its model/)")
         check_model(replace(config.model, spec=f"hf:{folder}"))
     if config.journals is not None:
         from mleforge.train.journals import journal_files
@@ -153,14 +153,14 @@ def preflight(config: TrainConfig, registry: Any) -> Plan:
     if config.sequences_per_step % (config.micro_batch * world):
         raise TrainError(f"{config.sequences_per_step} sequences a step do not split into micro-batches of "
                          f"{config.micro_batch} on {world} processes; change --groups-per-step or micro_batch")
-    backend = resolve_generation(config.generation, cuda=device.startswith("cuda"),
+    backend = resolve_generation(config.generation.backend, cuda=device.startswith("cuda"),
                                  converts=lambda: ct2_architecture_problem(source, config.model.spec) is None)
-    if backend == "ct2" and config.generation == "ct2":
+    if backend == "ct2" and config.generation.backend == "ct2":
         problem = ct2_architecture_problem(source, config.model.spec)
         if problem is not None:
             raise TrainError(f"--generation ct2: {problem}; use --generation trl")
     bf16 = resolve_bf16(config.bf16, device, torch)
-    resolved = config.replace(generation=backend, bf16=bf16)
+    resolved = config.replace(generation={"backend": backend}, bf16=bf16)
     return Plan(resolved, tasks, eval_tasks, source, device, world)
 
 
@@ -196,7 +196,7 @@ def _record(plan: Plan, status: str, **extra: Any) -> dict[str, Any]:
     c = plan.config
     return {"kind": "train", "tasks": [t.id for t in plan.tasks], "eval_tasks": [t.id for t in plan.eval_tasks],
             "policy": c.model.spec, "model": c.model.spec, "preset": c.preset, "seed": c.seed, "steps": c.steps,
-            "sampler": c.sampler, "buffer_growth": c.buffer_growth, "sft": c.sft, "generation": c.generation,
+            "sampler": c.sampler, "buffer_growth": c.buffer_growth, "sft": c.warm_start, "generation": c.generation.backend,
             "status": status, **extra}
 
 
@@ -223,13 +223,9 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     if not path.is_file():
         raise TrainError(f"--resume {run_dir}: no {CONFIG_FILE} there; give the run directory `mleforge train` made")
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if isinstance(data, dict) and isinstance(data.get("model"), dict):
-        from mleforge.train.config import ModelConfig
+    from mleforge.train.config import upgrade_train_dict
 
-        data["model"] = {**ModelConfig.LEGACY, **data["model"]}  # a run from before a setting ran without it
-    if isinstance(data, dict):
-        data = {**TrainConfig.LEGACY, **data}
-    return TrainConfig.from_dict(data)
+    return TrainConfig.from_dict(upgrade_train_dict(data))  # a run from before the tree, or before a setting
 
 
 def resume(run_dir: str | Path, *, registry: Any = None, progress: bool = True, renderer: Any = None,
@@ -243,7 +239,7 @@ def resume(run_dir: str | Path, *, registry: Any = None, progress: bool = True, 
     plan = preflight(config, registry)
     if plan.config != config:
         raise TrainError(f"{folder} was configured for another machine (it resolved generation "
-                         f"{config.generation}, bf16 {config.bf16}; here {plan.config.generation}, "
+                         f"{config.generation.backend}, bf16 {config.bf16}; here {plan.config.generation.backend}, "
                          f"{plan.config.bf16}); resume it where it ran, or start a new run")
     return _run(plan, folder, registry, progress, renderer, callbacks)
 
@@ -290,12 +286,12 @@ def _step_of(line: str) -> float:
 def _executor(config: TrainConfig, folder: Path) -> Any:
     from mleforge.sandbox import CachingExecutor, make_executor
 
-    kind = config.executor
-    options: dict[str, Any] = {} if config.exec_workers is None or kind == "ray" else {"max_workers": config.exec_workers}
-    if config.isolation is not None:
-        options["isolation"] = config.isolation
+    kind = config.sandbox.executor
+    options: dict[str, Any] = {} if config.sandbox.exec_workers is None or kind == "ray" else {"max_workers": config.sandbox.exec_workers}
+    if config.sandbox.isolation is not None:
+        options["isolation"] = config.sandbox.isolation
     executor = auto_executor(options) if kind == "auto" else make_executor(kind, **options)
-    return CachingExecutor(executor, folder / "results.sqlite") if config.cache else executor
+    return CachingExecutor(executor, folder / "results.sqlite") if config.sandbox.cache else executor
 
 
 def auto_executor(options: dict[str, Any]) -> Any:
@@ -323,8 +319,8 @@ def _workers(config: TrainConfig, tasks: tuple[Task, ...]) -> int:
     from mleforge.sandbox import RunLimits
     from mleforge.sandbox.batch import default_workers
 
-    if config.exec_workers is not None:
-        return config.exec_workers
+    if config.sandbox.exec_workers is not None:
+        return config.sandbox.exec_workers
     return min(default_workers(RunLimits.of(None, t.spec.limits)) for t in tasks)
 
 
@@ -333,18 +329,15 @@ def collect_config(config: TrainConfig, tasks: Sequence[Task]) -> Any:
     samples rendered with the run's prompt (refused where the run's PromptConfig is not a
     profile collect can render: the warm start must see the prompts GRPO will)."""
     from mleforge.agent.prompts import PromptConfig
-    from mleforge.expert.collect_config import CollectConfig
-
     profile, code_chars = config.prompt.profile, config.prompt.code_chars
     if PromptConfig.for_profile(profile, code_chars=code_chars) != config.prompt:
         raise TrainError(f"--sft auto renders its samples with the {profile} prompt profile, and this run's prompt "
                          f"config changes that profile's budgets beyond code_chars; use the profile's own "
                          f"budgets (PromptConfig.for_profile), or collect yourself and pass --sft PATH")
-    return CollectConfig(tasks=",".join(t.id for t in tasks), teacher="template", episodes=config.sft_episodes,
-                         first_seed=config.seed, steps=config.expert_steps, embedder="tfidf",
-                         executor=config.executor if config.executor in ("local", "pool") else "local",
-                         isolation=config.isolation,
-                         prompt_profile=profile, code_chars=code_chars)
+    sandbox = config.sandbox
+    return replace(config.collect, tasks=",".join(t.id for t in tasks), first_seed=config.seed,
+                   executor=sandbox.executor if sandbox.executor in ("local", "pool") else "local",
+                   isolation=sandbox.isolation, prompt_profile=profile, code_chars=code_chars)
 
 
 def collect_expert(plan: Plan, folder: Path, registry: Any, executor: Any, progress: bool) -> Any:
@@ -368,32 +361,29 @@ def warm_start(plan: Plan, folder: Path, collected: Any, progress: bool) -> str:
     stages GRPO trains on (`seed_stages`): on the cpu preset the short debug and improve
     edits, not the whole-script drafts that are 10x longer than its completion cap."""
     config = plan.config
-    if config.sft_mode == "none":
+    if config.warm_start_mode == "none":
         return config.model.spec
-    if config.sft_mode == "path":
-        return f"hf:{sft_model_folder(config.sft)}"
+    if config.warm_start_mode == "path":
+        return f"hf:{sft_model_folder(config.warm_start)}"
     done = sft_done(folder)
     if done is not None:
         return f"hf:{done.model_dir}"
-    from mleforge.train.config import SFTConfig
+    from mleforge.train.config import SFTRunConfig
     from mleforge.train.sft import run_sft
 
     if not collected.counts.get("samples"):
         raise TrainError(f"--sft auto: the template expert's episodes in {collected.out_dir} gave no sample "
-                         f"(left out: {collected.counts.get('left_out')}); raise sft_episodes or expert_steps, or "
+                         f"(left out: {collected.counts.get('left_out')}); raise collect.episodes or collect.steps, or "
                          "pass --sft none")
-    result = run_sft(SFTConfig(samples=collected.samples_path, out=str(folder / SFT_DIR), model=config.model,
-                               max_steps=config.sft_steps, lr=config.sft_lr, batch_size=config.sft_batch_size,
-                               grad_accum=config.sft_grad_accum, max_length=config.sft_max_length,
-                               stages=config.seed_stages, loss_samples=config.sft_loss_samples,
-                               seed=config.seed), progress=progress)
+    result = run_sft(SFTRunConfig(samples=collected.samples_path, out=str(folder / SFT_DIR), model=config.model,
+                                  stages=config.seed_stages, seed=config.seed, sft=config.sft), progress=progress)
     return f"hf:{result.model_dir}"
 
 
 def stepwise_sampling(config: TrainConfig) -> Any:
     from mleforge.policies import SamplingConfig
 
-    return SamplingConfig(temperature=config.stepwise_temperature, max_new_tokens=config.max_new_tokens,
+    return SamplingConfig(temperature=config.stepwise.temperature, max_new_tokens=config.max_new_tokens,
                           seed=config.seed)
 
 
@@ -409,13 +399,13 @@ def stepwise_evaluation(plan: Plan, folder: Path, spec: str, label: str, registr
         return json.loads(out.read_text(encoding="utf-8"))
     out.parent.mkdir(parents=True, exist_ok=True)
     config = plan.config
-    if not config.stepwise_eval or not plan.eval_tasks:
+    if not config.stepwise.enabled or not plan.eval_tasks:
         result: dict[str, Any] = {"available": False, "reason": "turned off (stepwise_eval, or no --eval-tasks)"}
         atomic_write(out, json.dumps(result, indent=1))
         return result
-    states = stepwise_states(list(plan.eval_tasks), n_states=config.stepwise_states, seed=config.seed,
+    states = stepwise_states(list(plan.eval_tasks), n_states=config.stepwise.states, seed=config.seed,
                              work_dir=folder / STEPWISE_DIR / "expert", stages=config.seed_stages,
-                             registry=registry, steps=config.stepwise_expert_steps, executor=executor, progress=progress)
+                             registry=registry, steps=config.stepwise.expert_steps, executor=executor, progress=progress)
     policy = make_local_policy(spec, config)
     try:
         with record_progress(f"step-wise evaluation ({label}): generating, then running", len(states),
@@ -423,7 +413,7 @@ def stepwise_evaluation(plan: Plan, folder: Path, spec: str, label: str, registr
             evaluated = run_stepwise(policy, states, list(plan.eval_tasks), executor,
                                      sampling=stepwise_sampling(config), prompt_config=config.prompt,
                                      reward_config=config.reward, policy_name=spec,
-                                     workers=_workers(config, plan.eval_tasks), run_timeout_s=config.run_timeout_s,
+                                     workers=_workers(config, plan.eval_tasks), run_timeout_s=config.sandbox.run_timeout_s,
                                      on_record=on_record)
     finally:
         policy.close()
@@ -459,7 +449,7 @@ class BeforeEvaluation:
         self._thread: threading.Thread | None = None
         self._executor: StoppableExecutor | None = None
         done = (folder / STEPWISE_DIR / "before.json").is_file()
-        wanted = plan.config.stepwise_eval and bool(plan.eval_tasks)
+        wanted = plan.config.stepwise.enabled and bool(plan.eval_tasks)
         if not (alongside and wanted and not done):
             self._result = stepwise_evaluation(plan, folder, plan.config.model.spec, "before", registry, executor,
                                                progress)
@@ -532,9 +522,9 @@ def make_local_policy(spec: str, config: TrainConfig) -> Any:
     evaluation), on the run's engine and quantization."""
     from mleforge.policies import make_policy
 
-    options: dict[str, Any] = {"engine": config.engine}
-    if config.quantization is not None:
-        options["quantization"] = config.quantization
+    options: dict[str, Any] = {"engine": config.stepwise.engine}
+    if config.stepwise.quantization is not None:
+        options["quantization"] = config.stepwise.quantization
     if config.model.threads is not None:
         options["num_threads"] = config.model.threads
     return make_policy(spec, **options)
@@ -591,7 +581,7 @@ def _run(plan: Plan, folder: Path, registry: Any, progress: bool, renderer: Any,
     try:
         # Before anything changes the model: the step-wise evaluation of the model as given. Where
         # the template expert collects, the two run side by side (see BeforeEvaluation).
-        auto = config.sft_mode == "auto"
+        auto = config.warm_start_mode == "auto"
         collecting = auto and (sft_done(folder) is None or buffer.sealed_step is None)
         before = BeforeEvaluation(plan, folder, registry, executor, progress, alongside=collecting)
         collected = None
@@ -605,11 +595,11 @@ def _run(plan: Plan, folder: Path, registry: Any, progress: bool, renderer: Any,
             elif collected is not None:  # the warm start's expert episodes seed the buffer too
                 journals = load_journals(collected.journals_dir, ids)
             else:
-                journals = expert_journals(plan.tasks, folder, steps=config.expert_steps, seed=config.seed,
+                journals = expert_journals(plan.tasks, folder, steps=config.collect.steps, seed=config.seed,
                                            executor=executor, registry=registry)
             set_up_tasks(buffer, plan.tasks, journals, stages=config.seed_stages)
         spec = warm_start(plan, folder, collected, progress)
-        if config.sft_mode != "none" and config.stepwise_after_sft:  # the warm start's share of the change
+        if config.warm_start_mode != "none" and config.stepwise.after_sft:  # the warm start's share of the change
             stepwise_evaluation(plan, folder, spec, "sft", registry, executor, progress)
         checkpoint, _ = recover(folder, buffer)
         training = build_trainer(plan, folder, spec, buffer, executor, renderer=renderer, progress=progress)
@@ -697,7 +687,7 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: Any, executor: An
                            config.learnability)
     feed = CurriculumFeed(buffer, sampler, tasks, renderer or make_renderer(config.prompt), config.groups_per_step)
     rank = PartialState().process_index
-    reward = ExecutingReward(tasks, executor, feed.states, reward=config.reward, timeout_s=config.run_timeout_s,
+    reward = ExecutingReward(tasks, executor, feed.states, reward=config.reward, timeout_s=config.sandbox.run_timeout_s,
                              feedback=config.feedback,
                              max_workers=_workers(config, plan.tasks), rank=rank)
     steps_per_generation = config.sequences_per_step // (config.micro_batch * plan.world_size)
@@ -711,9 +701,9 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: Any, executor: An
         report_to="none", disable_tqdm=True, bf16=bool(config.bf16), fp16=False, seed=config.seed,
         data_seed=config.seed, gradient_checkpointing=config.model.gradient_checkpointing,
         use_cpu=loaded.device == "cpu", remove_unused_columns=False, log_completions=False, disable_dropout=True,
-        dataloader_num_workers=0, **trl_generation_args(config, config.generation),
+        dataloader_num_workers=0, **trl_generation_args(config, config.generation.backend),
     )
-    rollout = rollout_func_for(config.generation, config, loaded.tokenizer)
+    rollout = rollout_func_for(config.generation.backend, config, loaded.tokenizer)
     trainer = CurriculumGRPOTrainer(
         model=loaded.model, reward_funcs=[reward], args=args,
         train_dataset=Dataset.from_list(placeholder_rows(config.groups_per_step)),
