@@ -28,9 +28,9 @@ from typing import Any
 
 import yaml
 
+from mleforge.config import changed_paths
 from mleforge.eval.contamination import CHECKPOINT_RECORD, RUN_RECORD
 from mleforge.train.checkpoints import atomic_write, checkpoint_callback, last_checkpoint
-from mleforge.config import changed_paths
 from mleforge.train.config import SFTRunConfig, upgrade_sft_run_dict
 from mleforge.train.errors import TrainError
 from mleforge.train.model import (
