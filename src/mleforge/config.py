@@ -10,6 +10,8 @@ with the validators here. A field's `metadata` may carry:
               field holding a nested config, a dict {subfield: flags} for that section
     negative  a flag that sets a bool field off (`--no-buffer-growth`)
     none      a word the flag reads as None besides none/null (`all` for every layer)
+    repeat    a tuple field whose flag may be given again, each adding to it
+    flag      False: no flag (a mapping or objects: set from a --config file only)
 
 `add_arguments(parser, cls)` makes `--field-name` for top-level fields and `--section.field-name`
 (or `--section.field_name`) for nested ones; values not given leave no attribute behind
@@ -286,6 +288,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "",
     target = target or parser
     for item in dataclasses.fields(cls):
         kind, meta, path = kinds[item.name], item.metadata, f"{prefix}{item.name}"
+        if meta.get("flag", True) is False:  # set from a --config file only (a mapping, objects)
+            continue
         if dataclasses.is_dataclass(kind):
             group = parser.add_argument_group(f"{path} ({kind.__name__})")
             add_arguments(parser, kind, f"{path}.", meta.get("aliases"), group)
@@ -295,6 +299,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "",
             names.append(f"--{path}")
         names += list(meta.get("aliases", ())) + list((aliases or {}).get(item.name, ()))
         extra: dict[str, Any] = {"nargs": "?", "const": True} if kind is bool else {}
+        if meta.get("repeat"):  # a tuple given again adds to it
+            extra = {"action": "extend"}
         help_text = (meta.get("help", path) + _default_text(item)).replace("%", "%%")
         target.add_argument(*names, dest=DEST + path, type=_parser_of(kind, meta), default=argparse.SUPPRESS,
                             metavar=_metavar(kind, meta), help=help_text, **extra)
@@ -317,6 +323,8 @@ def flag_paths(cls: type, prefix: str = "") -> list[str]:
     out = []
     kinds = hints(cls)
     for item in dataclasses.fields(cls):
+        if item.metadata.get("flag", True) is False:
+            continue
         if dataclasses.is_dataclass(kinds[item.name]):
             out += flag_paths(kinds[item.name], f"{prefix}{item.name}.")
         else:

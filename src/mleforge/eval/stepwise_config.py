@@ -1,4 +1,5 @@
-"""The step-wise evaluation a training run makes of its model (mleforge.eval.stepwise runs it).
+"""The step-wise evaluation's settings (mleforge.eval.stepwise runs it): StepwiseConfig, what a
+training run makes of its model, and StepwiseStatesConfig, `mleforge eval --stepwise`'s own.
 
 A fixed set of states of the eval tasks, drawn with the run's seed from expert journals of those
 tasks, one completion each: before training, after the warm start (after_sft) and after.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mleforge import config as check
+from mleforge.agent.prompts import PROFILES
 from mleforge.errors import ConfigError
 from mleforge.policies.engines.base import ENGINE_CHOICES
 from mleforge.policies.engines.ct2_convert import QUANTIZATIONS
@@ -49,3 +51,27 @@ class StepwiseConfig:
         check.choice("stepwise.quantization", self.quantization, QUANTIZATIONS, optional=True)
         if self.quantization is not None and self.engine == "transformers":
             raise ConfigError("stepwise.quantization applies to the ct2 engine; drop it or use engine ct2 (or auto)")
+
+
+@dataclass(frozen=True)
+class StepwiseStatesConfig:
+    """`mleforge eval --stepwise`'s own settings: which fixed expert states it evaluates and how
+    their prompts are rendered (the policy, tasks and sampling are the eval command's)."""
+
+    states: int = field(default=24, metadata={"help": "states evaluated"})
+    state_seed: int = field(default=0, metadata={"help": "seed of the state draw and of sampling"})
+    journals: str | None = field(default=None, metadata={
+        "help": "expert journals to draw states from (none: made with the template expert in OUT/expert, once)"})
+    expert_steps: int = field(default=6, metadata={"help": "steps of each expert episode made"})
+    stages: tuple[str, ...] = field(default=("draft", "debug", "improve"), metadata={
+        "help": "stages of the states (comma-separated)"})
+    prompt_profile: str = field(default="full", metadata={
+        "choices": PROFILES, "help": "prompt profile (compact for the CPU preset)"})
+
+    def __post_init__(self) -> None:
+        check.integer("stepwise.states", self.states, 1)
+        check.integer("stepwise.state_seed", self.state_seed, 0)
+        check.text("stepwise.journals", self.journals, "give a folder of expert journals, or null", optional=True)
+        check.integer("stepwise.expert_steps", self.expert_steps, 1)
+        object.__setattr__(self, "stages", tuple(self.stages))
+        check.choice("stepwise.prompt_profile", self.prompt_profile, PROFILES)
