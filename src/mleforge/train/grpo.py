@@ -400,7 +400,7 @@ def stepwise_evaluation(plan: Plan, folder: Path, spec: str, label: str, registr
     out.parent.mkdir(parents=True, exist_ok=True)
     config = plan.config
     if not config.stepwise.enabled or not plan.eval_tasks:
-        result: dict[str, Any] = {"available": False, "reason": "turned off (stepwise_eval, or no --eval-tasks)"}
+        result: dict[str, Any] = {"available": False, "reason": "turned off (stepwise.enabled, or no --eval-tasks)"}
         atomic_write(out, json.dumps(result, indent=1))
         return result
     states = stepwise_states(list(plan.eval_tasks), n_states=config.stepwise.states, seed=config.seed,
