@@ -7,6 +7,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from mleforge import config as check
 from mleforge.agent.prompts import PROFILES, PromptConfig
 from mleforge.agent.runner import EpisodeConfig
 from mleforge.agent.search import SearchConfig
@@ -75,36 +76,28 @@ class CollectConfig:
         "help": "also keep edits of lines the prompt's view of the script hides"})
 
     def __post_init__(self) -> None:
-        if not isinstance(self.tasks, str) or not self.tasks.strip():
-            raise ConfigError("collect.tasks: give lite, all, or task ids separated by commas")
+        check.text("collect.tasks", self.tasks, "give lite, all, or task ids separated by commas")
         if self.teacher.partition(":")[0] not in TEACHERS or (
                 self.teacher.startswith("openai") and not self.teacher.partition(":")[2]):
             raise ConfigError(f"collect.teacher: got {self.teacher!r}; expected template or openai:<model>")
         for key, low in (("episodes", 1), ("seeds", 1), ("first_seed", 0), ("steps", 1), ("drafts", 1),
                          ("ideas_low", 0), ("ideas_high", 0), ("idea_pool", 1), ("max_new_tokens", 1)):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(f"collect.{key}: got {value!r}; expected an integer >= {low}")
+            check.integer(f"collect.{key}", getattr(self, key), low)
         if self.episodes > MAX_EPISODES:
             raise ConfigError(f"collect.episodes: got {self.episodes}; at most {MAX_EPISODES} per task and seed")
         if 0 < self.ideas_high < self.ideas_low:  # ideas_high 0: no ideas at all
             raise ConfigError(f"collect.ideas_high ({self.ideas_high}) must be >= ideas_low ({self.ideas_low}), "
                               "or 0 for no ideas")
-        if self.idea_source not in IDEA_SOURCES:
-            raise ConfigError(f"collect.idea_source: got {self.idea_source!r}; expected catalog or teacher")
-        if self.embedder not in EMBEDDERS:
-            raise ConfigError(f"collect.embedder: got {self.embedder!r}; expected one of {', '.join(EMBEDDERS)}")
-        if self.prompt_profile not in PROFILES:
-            raise ConfigError(f"collect.prompt_profile: got {self.prompt_profile!r}; expected full or compact")
-        if self.workers is not None and (isinstance(self.workers, bool) or self.workers < 1):
-            raise ConfigError(f"collect.workers: got {self.workers!r}; expected >= 1 (None: half the CPUs)")
-        if self.code_chars is not None and self.code_chars < 0:
-            raise ConfigError(f"collect.code_chars: got {self.code_chars}; expected >= 0 (0: the whole script)")
-        if self.completion_chars is not None and (isinstance(self.completion_chars, bool)
-                                                  or not isinstance(self.completion_chars, int)
-                                                  or self.completion_chars < 0):
-            raise ConfigError(f"collect.completion_chars: got {self.completion_chars!r}; expected an integer >= 0 "
-                              "(0: no budget; unset: the prompt profile's)")
+        check.choice("collect.idea_source", self.idea_source, IDEA_SOURCES)
+        check.choice("collect.embedder", self.embedder, EMBEDDERS)
+        check.choice("collect.prompt_profile", self.prompt_profile, PROFILES)
+        check.choice("collect.isolation", self.isolation, ISOLATIONS, optional=True)
+        check.integer("collect.workers", self.workers, 1, " (None: half the CPUs)", optional=True)
+        check.integer("collect.code_chars", self.code_chars, 0, " (0: the whole script)", optional=True)
+        check.integer("collect.completion_chars", self.completion_chars, 0,
+                      " (0: no budget; unset: the prompt profile's)", optional=True)
+        check.flag("collect.keep_failures", self.keep_failures)
+        check.flag("collect.keep_hidden_edits", self.keep_hidden_edits)
         self.episode_config(0)  # validates the episode settings now, not at the first episode
 
     def episode_config(self, seed: int) -> EpisodeConfig:

@@ -443,7 +443,8 @@ FLAT_SFT_KEYS = ("epochs", "max_steps", "lr", "batch_size", "grad_accum", "max_l
 
 def is_flat_train_config(data: dict[str, Any]) -> bool:
     """A config.yaml written before the tree: its `sft` is the warm start's source, or it has a flat key."""
-    return isinstance(data.get("sft"), str) or any(key in data for key in FLAT_KEYS if key not in SECTIONS)
+    return (isinstance(data.get("sft"), str) or isinstance(data.get("generation"), str)
+            or any(key in data for key in FLAT_KEYS if key not in SECTIONS))
 
 
 def upgrade_train_dict(data: dict[str, Any]) -> dict[str, Any]:
