@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -92,6 +93,7 @@ def known(cls: type, data: dict[str, Any]) -> None:
 
 # --- dicts <-> nested frozen dataclasses ------------------------------------------------------
 
+@functools.cache
 def hints(cls: type) -> dict[str, Any]:
     """The resolved annotations of a dataclass's fields."""
     return typing.get_type_hints(cls)
