@@ -1,7 +1,7 @@
 """Training (ML-Agent's SFT warm start and step-wise GRPO on AceGRPO's evolving curriculum).
 
     collect       `mleforge collect`: expert trajectories (exploration-enriched) as journals and SFT samples
-    config        SFTConfig, TrainConfig, ModelConfig; presets (cpu, gpu-1x)
+    config        TrainConfig (nests ModelConfig, SFTConfig, GenerationConfig, ...), SFTRunConfig; presets
     model         load a model for training: bundled:NAME, hf:PATH (LoRA by default, or full)
     samples       SFT samples (JSONL, TRL's conversational prompt-completion format)
     sft           `mleforge sft`: TRL's SFTTrainer, loss on the completion only
