@@ -75,13 +75,13 @@ FIGURES = (
 EVAL_FIGURES = {"eval_format_error_rate": "format_error_rate", "eval_valid_rate": "valid_rate",
                 "eval_mean_reward": "mean_reward"}
 BENCH_FILE = "bench.json"
-# flag -> TrainConfig field ("model.<field>" for ModelConfig's); None flags leave the preset's value.
+# flag -> TrainConfig path (dotted: a section's field); None flags leave the preset's value.
 FLAGS = {
     "model": "model.spec", "threads": "model.threads", "tasks": "tasks", "eval_tasks": "eval_tasks",
     "steps": "steps", "group_size": "group_size", "groups_per_step": "groups_per_step",
-    "micro_batch": "micro_batch", "max_new_tokens": "max_new_tokens", "sft_steps": "sft_steps",
-    "sft_max_length": "sft_max_length", "expert_steps": "expert_steps", "stepwise_states": "stepwise_states",
-    "executor": "executor", "generation": "generation", "engine": "engine",
+    "micro_batch": "micro_batch", "max_new_tokens": "max_new_tokens", "sft_steps": "sft.max_steps",
+    "sft_max_length": "sft.max_length", "expert_steps": "collect.steps", "stepwise_states": "stepwise.states",
+    "executor": "sandbox.executor", "generation": "generation.backend", "engine": "stepwise.engine",
 }
 
 
@@ -159,17 +159,14 @@ def eval_figures(result: Mapping[str, Any]) -> dict[str, float | None]:
 
 def overrides(args: argparse.Namespace, model: str) -> dict[str, Any]:
     """The TrainConfig overrides of the flags given (the cpu preset keeps the rest)."""
-    out: dict[str, Any] = {}
-    nested: dict[str, Any] = {}
+    from mleforge.config import set_dotted
+
+    out: dict[str, Any] = {"model": {}}
     for flag, key in FLAGS.items():
         value = model if flag == "model" else getattr(args, flag)
-        if value is None:
-            continue
-        if key.startswith("model."):
-            nested[key.removeprefix("model.")] = value
-        else:
-            out[key] = value
-    return {**out, "model": nested}
+        if value is not None:
+            out = set_dotted(out, key, value)
+    return out
 
 
 def tiny_spec(work: Path) -> str:
@@ -191,9 +188,10 @@ def base_config(args: argparse.Namespace, work: Path) -> Any:
     model = tiny_spec(work) if args.tiny else args.model
     given = overrides(args, model)
     if args.tiny:  # the tiny byte-level tokenizer makes ~4,000-token prompts; ct2 is for real models
-        given.setdefault("sft_max_length", 16000)
-        given.setdefault("engine", "transformers")
-    return TrainConfig.preset_config("cpu", **given, sft=args.sft, seed=args.eval_seed, stepwise_eval=True)
+        given.setdefault("sft", {}).setdefault("max_length", 16000)
+        given.setdefault("stepwise", {}).setdefault("engine", "transformers")
+    stepwise = {**given.pop("stepwise", {}), "enabled": True}
+    return TrainConfig.preset_config("cpu", **given, warm_start=args.sft, seed=args.eval_seed, stepwise=stepwise)
 
 
 def check_work(work: Path, settings: dict[str, Any]) -> None:
@@ -220,8 +218,9 @@ def shared_executor(config: Any, work: Path) -> Any:
     once across all the runs)."""
     from mleforge.sandbox import CachingExecutor, make_executor
 
-    options = {} if config.isolation is None else {"isolation": config.isolation}
-    executor = make_executor(config.executor, **options)
+    sandbox = config.sandbox
+    options = {} if sandbox.isolation is None else {"isolation": sandbox.isolation}
+    executor = make_executor(sandbox.executor, **options)
     return CachingExecutor(executor, work / "results.sqlite")
 
 
@@ -233,11 +232,11 @@ def warm_start(args: argparse.Namespace, plan: Any, work: Path, registry: Any, e
 
     journals = args.journals
     collected = None
-    if plan.config.sft_mode == "auto" or journals is None:
+    if plan.config.warm_start_mode == "auto" or journals is None:
         collected = warm.collect_expert(plan, work, registry, executor, progress)
         journals = journals or collected.journals_dir
     spec = warm.warm_start(plan, work, collected, progress)  # auto: <work>/sft, as `mleforge train` makes it
-    sft = str(work / SFT_DIR) if plan.config.sft_mode == "auto" else plan.config.sft
+    sft = str(work / SFT_DIR) if plan.config.warm_start_mode == "auto" else plan.config.warm_start
     return sft, str(journals), spec
 
 
@@ -297,7 +296,7 @@ def run_benchmark(args: argparse.Namespace, *, registry: Any = None, progress: b
                                                                             f", ETA {eta:.0f} s"), highlight=False)
             run_started = time.perf_counter()
             folder = work / "runs" / label
-            config = base.replace(sampler=sampler, seed=seed, sft=sft, journals=journals, stepwise_eval=False)
+            config = base.replace(sampler=sampler, seed=seed, warm_start=sft, journals=journals, stepwise={"enabled": False})
             result = train_one(config, folder, registry, progress)
             gc.collect()  # the trained model's memory, before the evaluation loads the result
             after = recipe.stepwise_evaluation(plan, work, f"hf:{result.final_model}", f"after-{label}", registry,
@@ -321,7 +320,7 @@ def run_benchmark(args: argparse.Namespace, *, registry: Any = None, progress: b
                    "tasks_resolved": [t.id for t in plan.tasks], "eval_tasks_resolved": [t.id for t in plan.eval_tasks],
                    "steps": config.steps, "group_size": config.group_size, "groups_per_step": config.groups_per_step,
                    "max_new_tokens": config.max_new_tokens, "sft_resolved": sft, "journals_resolved": journals,
-                   "start_model": start_spec, "stepwise_states": config.stepwise_states},
+                   "start_model": start_spec, "stepwise_states": config.stepwise.states},
         "rollouts_per_run": budget,
         "start_eval": eval_figures(start) | {"n_states": start.get("n_states"), "timing": start.get("timing", {})},
         "runs": runs, "samplers": samplers, "difference": difference,

@@ -82,7 +82,7 @@ def load_sft(args: argparse.Namespace, work: Path) -> Any:
     """The trainer `mleforge sft` trains with, on a one-sample dataset (the benchmark feeds its own batch)."""
     from datasets import Dataset
 
-    from mleforge.train.config import ModelConfig, SFTConfig
+    from mleforge.train.config import ModelConfig, SFTRunConfig
     from mleforge.train.model import load_for_training
     from mleforge.train.sft import sft_trainer
 
@@ -92,8 +92,8 @@ def load_sft(args: argparse.Namespace, work: Path) -> Any:
         from tests.train.tiny import tiny_model
 
         spec = f"hf:{tiny_model(work / 'tiny')}"
-    config = SFTConfig(samples="-", out=str(work / "sft"),
-                       model=ModelConfig(spec=spec, lora_rank=args.lora_rank, threads=args.threads))
+    config = SFTRunConfig(samples="-", out=str(work / "sft"),
+                          model=ModelConfig(spec=spec, lora_rank=args.lora_rank, threads=args.threads))
     loaded = load_for_training(config.model)
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": "q"}],
                                "completion": [{"role": "assistant", "content": "a"}]}])

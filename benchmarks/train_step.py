@@ -80,8 +80,9 @@ def time_steps(args, registry, work: Path, choice: str, model: str) -> list[dict
     config = TrainConfig.preset_config(
         "cpu", model={"spec": model, "threads": args.threads}, tasks=args.task, eval_tasks="", steps=args.steps,
         group_size=args.group_size, groups_per_step=args.groups_per_step, micro_batch=args.micro_batch,
-        max_new_tokens=args.max_new_tokens, sft="none", journals=args.journals, expert_steps=4,
-        executor=args.executor, generation=generation, rollout_quantization=quantization, stepwise_eval=False,
+        max_new_tokens=args.max_new_tokens, warm_start="none", journals=args.journals, collect={"steps": 4},
+        sandbox={"executor": args.executor},
+        generation={"backend": generation, "rollout_quantization": quantization}, stepwise={"enabled": False},
     )
     timer = step_timer()
     result = train(config, work / f"run-{choice.replace(':', '-')}", registry=registry, progress=False,

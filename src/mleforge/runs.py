@@ -27,7 +27,7 @@ A `mleforge train` run directory holds
                                run that collects, mleforge.eval.background.BeforeEvaluation);
                                after, final/. The same states (from stepwise/expert/,
                                template-expert journals of the eval tasks) and sampling both times
-    stepwise/sft.json          the same for the warm start's model (stepwise_after_sft)
+    stepwise/sft.json          the same for the warm start's model (stepwise.after_sft)
     ct2-rollouts/rank-<i>/     generation ct2: the engine's converted weights while it runs
                                (deleted at the end, and when a killed run resumes)
     final/                     the trained adapter (or model): `hf:<run>/final`

@@ -3,7 +3,6 @@ sandbox, the template expert end to end, the before/after table, the CLI and its
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
@@ -213,19 +212,18 @@ def test_compare_stages_puts_each_change_apart():
 @pytest.mark.slow
 def test_cli_writes_result_run_record_contamination_and_report(prepared_registry, data_root, expert_dir,
                                                                tmp_path):
-    from mleforge.cli.stepwise import add_stepwise_arguments, cmd_eval_stepwise
+    from mleforge.cli.main import build_parser
+    from mleforge.cli.stepwise import cmd_eval_stepwise
     from mleforge.eval.report import write_report
 
     trained = tmp_path / "train-run"
     trained.mkdir()
     (trained / "run.json").write_text(json.dumps({"kind": "train", "tasks": ["titanic"]}))
-    parser = argparse.ArgumentParser()
-    add_stepwise_arguments(parser)
     out = tmp_path / "sw"
-    args = parser.parse_args(["--states", "2", "--journals", str(expert_dir / "journals"), "--prompt-profile",
-                              "compact"])
-    args.policy, args.tasks, args.out, args.data_dir, args.json = "template", "titanic", str(out), str(data_root), True
-    args.trained_on = [str(trained)]
+    args = build_parser().parse_args([
+        "eval", "--stepwise", "--states", "2", "--journals", str(expert_dir / "journals"), "--prompt-profile",
+        "compact", "--policy", "template", "--tasks", "titanic", "--out", str(out), "--data-dir", str(data_root),
+        "--json", "--trained-on", str(trained)])
     assert cmd_eval_stepwise(args) == 0
     record = json.loads((out / "run.json").read_text())
     assert record["kind"] == "stepwise" and record["tasks"] == ["titanic"] and len(record["states"]) == 2

@@ -1,5 +1,5 @@
 """The step-wise evaluation before training runs alongside the expert's collection (BeforeEvaluation),
-and the warm start's own evaluation is a setting (stepwise_after_sft): off on the cpu preset, on for
+and the warm start's own evaluation is a setting (stepwise.after_sft): off on the cpu preset, on for
 gpu-1x, on for a run directory written before it existed. The real evaluation and collection run
 together in test_cli.py's --sft auto run; here the evaluation is a stand-in, to see the threads."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -69,7 +70,7 @@ def test_otherwise_it_runs_at_once_in_the_callers_thread(tmp_path, monkeypatch, 
     if done:
         (tmp_path / "stepwise").mkdir()
         (tmp_path / "stepwise" / "before.json").write_text("{}")
-    before = before_evaluation(plan(stepwise_eval=wanted), tmp_path, None, None, True, alongside=alongside)
+    before = before_evaluation(plan(stepwise={"enabled": wanted}), tmp_path, None, None, True, alongside=alongside)
     assert not before.running and len(fake.calls) == 1
     assert (fake.calls[0]["thread"], fake.calls[0]["progress"]) == (threading.current_thread().name, True)
     assert before.wait()["label"] == "before"
@@ -100,22 +101,22 @@ def test_the_warm_starts_evaluation_is_off_on_the_cpu_preset_and_on_for_gpu(tmp_
     from mleforge.cli.main import build_parser
     from mleforge.cli.train import overrides
 
-    assert TrainConfig().stepwise_after_sft is False
-    assert TrainConfig.preset_config("gpu-1x").stepwise_after_sft is True
+    assert TrainConfig().stepwise.after_sft is False
+    assert TrainConfig.preset_config("gpu-1x").stepwise.after_sft is True
     parser = build_parser()
-    assert overrides(parser.parse_args(["train", "--eval-after-sft", "on"])) == {"stepwise_after_sft": True}
-    assert overrides(parser.parse_args(["train", "--eval-after-sft", "off"])) == {"stepwise_after_sft": False}
-    assert "stepwise_after_sft" not in overrides(parser.parse_args(["train"]))
+    assert overrides(parser.parse_args(["train", "--eval-after-sft", "on"])) == {"stepwise": {"after_sft": True}}
+    assert overrides(parser.parse_args(["train", "--eval-after-sft", "off"])) == {"stepwise": {"after_sft": False}}
+    assert "stepwise" not in overrides(parser.parse_args(["train"]))
     with pytest.raises(Exception, match="expected true or false"):
-        TrainConfig(stepwise_after_sft="yes")
+        TrainConfig(stepwise={"after_sft": "yes"})
     # a run directory from before the setting existed evaluated its warm start: it resumes so
-    saved = TrainConfig().to_dict()
+    saved = yaml.safe_load((Path(__file__).parent / "fixtures" / "legacy-cpu.yaml").read_text())
     del saved["stepwise_after_sft"]
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
-    assert load_run_config(tmp_path).stepwise_after_sft is True
+    assert load_run_config(tmp_path).stepwise.after_sft is True
     # one written now keeps what it says
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(TrainConfig().to_dict()))
-    assert load_run_config(tmp_path).stepwise_after_sft is False
+    assert load_run_config(tmp_path).stepwise.after_sft is False
 
 
 SLEEPER = "import time\ntime.sleep(120)\n"
@@ -209,7 +210,7 @@ def test_a_failing_collection_stops_the_evaluation_before_the_executor_closes(ti
     monkeypatch.setattr(recipe, "stepwise_evaluation", evaluation)
     monkeypatch.setattr(recipe, "collect_expert", collect)
     config = TrainConfig(model=ModelConfig(spec=f"hf:{tiny}"), tasks="titanic", eval_tasks="penguins", steps=1,
-                         group_size=2, executor="local", engine="transformers")
+                         group_size=2, sandbox={"executor": "local"}, stepwise={"engine": "transformers"})
     with pytest.raises(RuntimeError, match="the collection failed"):
         train(config, tmp_path / "run", registry=registry, progress=False)
     assert seen["thread"] == "mleforge-before-eval" and isinstance(seen["stopped"], ExecutorStopped)

@@ -59,7 +59,7 @@ def test_two_steps_of_mleforge_train_write_every_promised_file(tiny, titanic, jo
     config = TrainConfig.from_dict(yaml.safe_load((run / "config.yaml").read_text()))  # the full resolved config
     # generation auto: ct2 rollouts on a CPU where ctranslate2 is installed (the tiny Llama converts)
     auto = "ct2" if ct2_installed() else "trl"
-    assert (config.steps, config.group_size, config.generation, config.sft) == (2, 2, auto, "none")
+    assert (config.steps, config.group_size, config.generation.backend, config.warm_start) == (2, 2, auto, "none")
     assert isinstance(config.bf16, bool)  # "auto" values are resolved for this machine
     record = read_record(run)
     assert record.kind == "train" and record.tasks == ("titanic",)
@@ -109,8 +109,8 @@ def test_sft_auto_warm_starts_and_evaluates_before_and_after(tiny, titanic, data
                     "--run-dir", str(run), "--data-dir", str(data_root), "--json")
     assert code == 0 and json.loads(out)["steps"] == 2
     config = TrainConfig.from_dict(yaml.safe_load((run / "config.yaml").read_text()))
-    assert (config.sft, config.prompt.profile, config.engine) == ("auto", "compact", "transformers")
-    assert config.stepwise_after_sft is True
+    assert (config.warm_start, config.prompt.profile, config.stepwise.engine) == ("auto", "compact", "transformers")
+    assert config.stepwise.after_sft is True
 
     # the warm start: collect (compact prompts, the training task) then SFT from the tiny model
     collected = json.loads((run / "collect" / "collect.json").read_text())
@@ -192,7 +192,7 @@ def test_the_flags_map_onto_the_config():
         "--lr", "0.001", "--tasks", "titanic", "--eval-tasks", "penguins", "--seed", "7"])
     given = overrides(args)
     assert given == {"model": {"spec": "hf:x", "lora_rank": 8, "full": True}, "sampler": "uniform",
-                     "buffer_growth": False, "sft": "none", "steps": 3, "group_size": 2, "groups_per_step": 2,
+                     "buffer_growth": False, "warm_start": "none", "steps": 3, "group_size": 2, "groups_per_step": 2,
                      "max_new_tokens": 64, "lr": 0.001, "tasks": "titanic", "eval_tasks": "penguins", "seed": 7}
     config = TrainConfig.preset_config("cpu", **given)
     assert (config.model.full, config.model.lora_rank, config.buffer_growth, config.sampler) == (True, 8, False,
@@ -200,4 +200,4 @@ def test_the_flags_map_onto_the_config():
     assert overrides(build_parser().parse_args(["train"])) == {}  # no flag: the preset's defaults
     warm = overrides(build_parser().parse_args(["train", "--sft-steps", "5", "--sft-lr", "0.001",
                                                 "--sft-loss-samples", "4"]))
-    assert warm == {"sft_steps": 5, "sft_lr": 0.001, "sft_loss_samples": 4}
+    assert warm == {"sft": {"max_steps": 5, "lr": 0.001, "loss_samples": 4}}

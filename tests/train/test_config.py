@@ -9,7 +9,7 @@ import yaml
 
 from mleforge.errors import ConfigError
 from mleforge.train.checkpoint_marks import MARK, discard_after, last_checkpoint
-from mleforge.train.config import PRESETS, ModelConfig, SFTConfig, TrainConfig
+from mleforge.train.config import PRESETS, ModelConfig, SFTRunConfig, TrainConfig
 from mleforge.train.errors import TrainError
 from mleforge.train.grpo.generation import register_engine, resolve_generation, trl_generation_args
 from mleforge.train.model import cpu_has_bf16
@@ -19,7 +19,7 @@ from mleforge.train.prompt_renderer import compact_prompt
 def test_the_defaults_are_the_cpu_preset_and_every_preset_validates():
     cpu = TrainConfig()
     assert TrainConfig.preset_config("cpu") == cpu
-    assert (cpu.model.spec, cpu.model.full, cpu.tasks, cpu.group_size, cpu.sampler, cpu.sft) == (
+    assert (cpu.model.spec, cpu.model.full, cpu.tasks, cpu.group_size, cpu.sampler, cpu.warm_start) == (
         "bundled:qwen2.5-coder-0.5b", False, "lite", 4, "learnability", "auto")
     assert cpu.seed_stages == ("debug", "improve") and cpu.sequences_per_step == 4
     for name in PRESETS:
@@ -52,8 +52,8 @@ def test_a_micro_batch_is_one_group_unless_given():
     ({"model": {"lora_rank": 0}}, "model.lora_rank: got 0"),
     ({"model": {"flash": True}}, "ModelConfig: unknown keys flash"),
     ({"feedback": "private"}, "feedback: got 'private'; expected one of public, none"),
-    ({"isolation": "docker"}, "isolation: got 'docker'"),
-    ({"executor": "k8s"}, "executor: got 'k8s'"),
+    ({"sandbox": {"isolation": "docker"}}, "isolation: got 'docker'"),
+    ({"sandbox": {"executor": "k8s"}}, "executor: got 'k8s'"),
 ])
 def test_bad_values_are_refused_with_the_reason(changes, message):
     with pytest.raises(ConfigError) as info:
@@ -62,12 +62,13 @@ def test_bad_values_are_refused_with_the_reason(changes, message):
 
 
 def test_sft_config_and_sft_modes():
-    assert TrainConfig(sft="none").sft_mode == "none" and TrainConfig(sft="runs/sft/x").sft_mode == "path"
+    assert TrainConfig(warm_start="none").warm_start_mode == "none"
+    assert TrainConfig(warm_start="runs/sft/x").warm_start_mode == "path"
     with pytest.raises(ConfigError, match="sft.samples"):
-        SFTConfig(out="x")
-    config = SFTConfig(samples="s.jsonl", out="o", stages=["debug"], model={"spec": "hf:m", "full": True})
+        SFTRunConfig(out="x")
+    config = SFTRunConfig(samples="s.jsonl", out="o", stages=["debug"], model={"spec": "hf:m", "full": True})
     assert config.model == ModelConfig(spec="hf:m", full=True) and config.stages == ("debug",)
-    assert SFTConfig.from_dict(yaml.safe_load(yaml.safe_dump(config.to_dict()))) == config
+    assert SFTRunConfig.from_dict(yaml.safe_load(yaml.safe_dump(config.to_dict()))) == config
 
 
 def test_the_compact_prompt_profile():
@@ -84,13 +85,13 @@ def test_eval_tasks_leave_the_group_and_the_reward_neutral_reaches_the_curriculu
     from mleforge.reward import RewardConfig
 
     cpu = TrainConfig()
-    assert (cpu.eval_tasks, cpu.stepwise_states, cpu.engine, cpu.quantization) == (
+    assert (cpu.eval_tasks, cpu.stepwise.states, cpu.stepwise.engine, cpu.stepwise.quantization) == (
         "penguins,breast-cancer", 8, "auto", None)
     assert cpu.learnability.improve_neutral == 0.5
     floored = TrainConfig(reward=RewardConfig(r_format=0.0, r_fail=0.1, r_invalid=0.2, valid_floor=0.4))
     assert floored.learnability.improve_neutral == pytest.approx(0.7)  # 0.4 + 0.6 / 2
     with pytest.raises(ConfigError, match="quantization applies to the ct2 engine"):
-        TrainConfig(engine="transformers", quantization="int8")
+        TrainConfig(stepwise={"engine": "transformers", "quantization": "int8"})
 
 
 def test_generation_backends():

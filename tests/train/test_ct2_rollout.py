@@ -41,17 +41,17 @@ def test_group_runs_and_the_sync_schedule():
 
 
 def test_rollout_settings_are_checked():
-    TrainConfig(generation="ct2", rollout_quantization="int8", sync_every=2, save_steps=4)
+    TrainConfig(generation={"backend": "ct2", "rollout_quantization": "int8", "sync_every": 2}, save_steps=4)
     with pytest.raises(ConfigError, match="apply to engine rollouts"):
-        TrainConfig(generation="trl", rollout_quantization="int8")
+        TrainConfig(generation={"backend": "trl", "rollout_quantization": "int8"})
     with pytest.raises(ConfigError, match="apply to engine rollouts"):
-        TrainConfig(generation="vllm", sync_every=2, save_steps=2)
+        TrainConfig(generation={"backend": "vllm", "sync_every": 2}, save_steps=2)
     with pytest.raises(ConfigError, match="rollout_quantization: got 'int4'"):
-        TrainConfig(generation="ct2", rollout_quantization="int4")
-    with pytest.raises(ConfigError, match=r"save_steps \(3\) must be a multiple of sync_every \(2\)"):
-        TrainConfig(generation="ct2", sync_every=2, save_steps=3)
+        TrainConfig(generation={"backend": "ct2", "rollout_quantization": "int4"})
+    with pytest.raises(ConfigError, match=r"save_steps \(3\) must be a multiple of generation.sync_every \(2\)"):
+        TrainConfig(generation={"backend": "ct2", "sync_every": 2}, save_steps=3)
     with pytest.raises(ConfigError, match="sync_every: got 0"):
-        TrainConfig(generation="ct2", sync_every=0)
+        TrainConfig(generation={"backend": "ct2", "sync_every": 0})
 
 
 def test_auto_takes_ct2_on_a_cpu_where_it_is_installed_and_converts_the_model(monkeypatch):
@@ -72,7 +72,7 @@ def test_a_missing_ctranslate2_names_the_fast_extra(monkeypatch):
     with pytest.raises(MissingExtra, match=r"pip install 'mleforge\[fast\]'"):
         resolve_generation("ct2", cuda=False)
     with pytest.raises(MissingExtra, match=r"mleforge\[fast\]"):
-        Ct2Rollout(TrainConfig(generation="ct2"), tokenizer=None)
+        Ct2Rollout(TrainConfig(generation={"backend": "ct2"}), tokenizer=None)
 
 
 def test_the_cli_picks_the_rollout_engine_and_refuses_it_without_ctranslate2(monkeypatch, tiny, data_root, tmp_path,
@@ -83,7 +83,7 @@ def test_the_cli_picks_the_rollout_engine_and_refuses_it_without_ctranslate2(mon
 
     given = overrides(build_parser().parse_args(["train", "--generation", "ct2", "--rollout-quantization", "int8",
                                                  "--sync-every", "2"]))
-    assert given == {"generation": "ct2", "rollout_quantization": "int8", "sync_every": 2}
+    assert given == {"generation": {"backend": "ct2", "rollout_quantization": "int8", "sync_every": 2}}
     with pytest.raises(ConfigError, match="save_steps"):  # the cpu preset checkpoints every step
         TrainConfig.preset_config("cpu", **given)
     monkeypatch.setitem(sys.modules, "ctranslate2", None)
@@ -130,8 +130,9 @@ def trainer_at(model, step):
                            accelerator=SimpleNamespace(unwrap_model=lambda m: m, device=torch.device("cpu")))
 
 
-def config(**changes):
-    return TrainConfig(generation="ct2", max_new_tokens=12, temperature=1.0, **changes)
+def config(generation=None, **changes):
+    return TrainConfig(generation={"backend": "ct2", **(generation or {})}, max_new_tokens=12, temperature=1.0,
+                       **changes)
 
 
 def rollout_at(rollout, model, step, seed):
@@ -179,7 +180,7 @@ def test_the_engine_follows_the_weights_after_each_step(lora_model):
     new weights: ct2's greedy tokens and their log-probabilities match transformers' on the
     changed model, and differ from before. Between syncs (sync_every 2) they stay stale."""
     model, tokenizer = lora_model
-    rollout = Ct2Rollout(config(sync_every=2, save_steps=2), tokenizer)
+    rollout = Ct2Rollout(config(generation={"sync_every": 2}, save_steps=2), tokenizer)
     ids = rollout.encode(PROMPTS[0], None)
     probe = SamplingConfig(temperature=0, max_new_tokens=8)
 
@@ -214,7 +215,7 @@ def test_the_engine_follows_the_weights_after_each_step(lora_model):
 @needs_ct2
 def test_int8_rollouts_return_their_logprobs(lora_model):
     model, tokenizer = lora_model
-    rollout = Ct2Rollout(config(rollout_quantization="int8"), tokenizer)
+    rollout = Ct2Rollout(config(generation={"rollout_quantization": "int8"}), tokenizer)
     try:
         out = rollout_at(rollout, model, 0, seed=3)
     finally:
@@ -265,8 +266,9 @@ def ct2_config(tiny, journals, **changes):
 
     values = dict(
         model=ModelConfig(spec=f"hf:{tiny}", gradient_checkpointing=False), tasks="titanic", eval_tasks="",
-        steps=2, group_size=4, groups_per_step=1, micro_batch=2, max_new_tokens=16, sft="none",
-        journals=str(journals), executor="local", generation="ct2-sampled-test", stepwise_eval=False, lr=1e-2,
+        steps=2, group_size=4, groups_per_step=1, micro_batch=2, max_new_tokens=16, warm_start="none",
+        journals=str(journals), sandbox={"executor": "local"}, generation={"backend": "ct2-sampled-test"},
+        stepwise={"enabled": False}, lr=1e-2,
         reward=REWARDS, seed=3,
     )
     return TrainConfig(**{**values, **changes})
@@ -294,7 +296,8 @@ def test_grpo_steps_on_ct2_rollouts_train_the_adapter_and_log_the_sync(tiny, tit
     lora_b = [w for name, w in weights.items() if "lora_B" in name]
     assert lora_b and any(float(w.abs().max()) > 0 for w in lora_b)
     config = TrainConfig.from_dict(yaml.safe_load((runs[0] / "config.yaml").read_text()))
-    assert (config.generation, config.rollout_quantization, config.sync_every) == ("ct2-sampled-test", None, 1)
+    assert (config.generation.backend, config.generation.rollout_quantization, config.generation.sync_every) == (
+        "ct2-sampled-test", None, 1)
 
 
 @needs_ct2

@@ -168,7 +168,7 @@ def test_the_shared_executor_is_the_one_mleforge_train_picks(monkeypatch, tmp_pa
     picked = LocalExecutor(isolation="none")
     monkeypatch.setattr("mleforge.sandbox.make_executor",
                         lambda kind, **options: (asked.append(options) or picked) if kind == "auto" else None)
-    executor = bench.shared_executor(TrainConfig(executor="auto", isolation="none"), tmp_path)
+    executor = bench.shared_executor(TrainConfig(sandbox={"executor": "auto", "isolation": "none"}), tmp_path)
     try:
         assert isinstance(executor, CachingExecutor) and executor.inner is picked
         assert asked == [{"isolation": "none"}]

@@ -89,8 +89,9 @@ def test_one_grpo_step_trains_the_adapter_and_grows_the_buffer(tiny, titanic, jo
 
     config = TrainConfig(
         model=ModelConfig(spec=f"hf:{tiny}", gradient_checkpointing=False), tasks="titanic", eval_tasks="",
-        steps=1, group_size=4, groups_per_step=1, micro_batch=2, max_new_tokens=64, sft="none",
-        journals=str(journals), executor="local", generation="scripted-test", stepwise_eval=False, lr=1e-2,
+        steps=1, group_size=4, groups_per_step=1, micro_batch=2, max_new_tokens=64, warm_start="none",
+        journals=str(journals), sandbox={"executor": "local"}, generation={"backend": "scripted-test"},
+        stepwise={"enabled": False}, lr=1e-2,
         reward=REWARDS, seed=3,
     )
     result = train(config, tmp_path / "run", registry=registry, progress=False)

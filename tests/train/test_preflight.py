@@ -52,7 +52,7 @@ def test_preflight_on_a_fresh_cache_takes_ct2_and_converts_nothing(tmp_path, mon
     monkeypatch.setenv("MLEFORGE_MODELS", str(tmp_path))
     config = TrainConfig(model=ModelConfig(spec="bundled:smollm2-135m", device="cpu"))
     plan = preflight(config, TaskRegistry())
-    assert plan.config.generation == "ct2"
+    assert plan.config.generation.backend == "ct2"
     assert not any(tmp_path.iterdir())
 
 

@@ -14,7 +14,7 @@ pytest.importorskip("trl")
 
 from mleforge.cli.options import on_off  # noqa: E402
 from mleforge.errors import ConfigError  # noqa: E402
-from mleforge.train.config import ModelConfig, SFTConfig, TrainConfig  # noqa: E402
+from mleforge.train.config import ModelConfig, SFTRunConfig, TrainConfig  # noqa: E402
 from mleforge.train.errors import TrainError  # noqa: E402
 from mleforge.train.recipe import load_run_config  # noqa: E402
 from mleforge.train.sft import _check_same_run  # noqa: E402
@@ -39,13 +39,15 @@ def test_presets_and_the_checkpointing_refusal():
 
 def test_the_flags_set_it():
     from mleforge.cli.main import build_parser
+    from mleforge.cli.sft import sft_config
     from mleforge.cli.train import overrides
+    from mleforge.config import given
 
     parser = build_parser()
     assert overrides(parser.parse_args(["train", "--prompt-grad", "on"]))["model"] == {"prompt_grad": True}
     assert "model" not in overrides(parser.parse_args(["train"]))
-    assert parser.parse_args(["sft", "--samples", "s", "--prompt-grad", "off"]).prompt_grad is False
-    assert parser.parse_args(["sft", "--samples", "s"]).prompt_grad is None
+    assert sft_config(parser.parse_args(["sft", "--samples", "s", "--prompt-grad", "off"])).model.prompt_grad is False
+    assert "model" not in given(parser.parse_args(["sft", "--samples", "s"]))
 
 
 def test_a_run_from_before_the_setting_resumes_as_it_ran(tmp_path):
@@ -56,12 +58,12 @@ def test_a_run_from_before_the_setting_resumes_as_it_ran(tmp_path):
     # an SFT run directory of the same age: the same run with the prompt's gradient, another without
     sft = tmp_path / "sft"
     sft.mkdir()
-    old = SFTConfig(samples="s.jsonl", out=str(sft)).to_dict()
+    old = SFTRunConfig(samples="s.jsonl", out=str(sft)).to_dict()
     del old["model"]["prompt_grad"]
     (sft / "config.yaml").write_text(yaml.safe_dump(old))
-    _check_same_run(sft, SFTConfig(samples="s.jsonl", out=str(sft), model=ModelConfig(prompt_grad=True)))
+    _check_same_run(sft, SFTRunConfig(samples="s.jsonl", out=str(sft), model=ModelConfig(prompt_grad=True)))
     with pytest.raises(TrainError, match=r"different model\.prompt_grad\)"):
-        _check_same_run(sft, SFTConfig(samples="s.jsonl", out=str(sft)))
+        _check_same_run(sft, SFTRunConfig(samples="s.jsonl", out=str(sft)))
 
 
 @pytest.mark.parametrize("flag", ["on", None])
@@ -91,7 +93,7 @@ def test_sft_takes_the_setting_to_its_trainer(prompt_grad, tiny, tmp_path):
     from mleforge.train.model import load_for_training
     from mleforge.train.sft import sft_trainer
 
-    config = SFTConfig(samples="-", out=str(tmp_path), model=ModelConfig(spec=f"hf:{tiny}", prompt_grad=prompt_grad))
+    config = SFTRunConfig(samples="-", out=str(tmp_path), model=ModelConfig(spec=f"hf:{tiny}", prompt_grad=prompt_grad))
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": "q"}],
                                "completion": [{"role": "assistant", "content": "a"}]}])
     trainer = sft_trainer(config, load_for_training(config.model), data, tmp_path / "checkpoints")

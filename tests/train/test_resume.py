@@ -17,8 +17,9 @@ def test_a_run_killed_mid_step_and_resumed_equals_the_uninterrupted_run(tiny, ti
 
     config = TrainConfig(
         model=ModelConfig(spec=f"hf:{tiny}", gradient_checkpointing=False), tasks="titanic", eval_tasks="",
-        steps=3, group_size=2, groups_per_step=2, micro_batch=2, max_new_tokens=8, sft="none",
-        journals=str(journals), executor="local", generation="sampled-test", stepwise_eval=False, lr=5e-3,
+        steps=3, group_size=2, groups_per_step=2, micro_batch=2, max_new_tokens=8, warm_start="none",
+        journals=str(journals), sandbox={"executor": "local"}, generation={"backend": "sampled-test"},
+        stepwise={"enabled": False}, lr=5e-3,
         sampler="learnability", seed=5,
     )
     first, straight, killed = kill_after_step_one(config.to_dict(), tmp_path)

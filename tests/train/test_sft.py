@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from mleforge.errors import ConfigError  # noqa: E402
 from mleforge.eval.contamination import check_contamination, read_record  # noqa: E402
 from mleforge.eval.report import write_report  # noqa: E402
 from mleforge.policies import SamplingConfig, make_policy  # noqa: E402
-from mleforge.train.config import ModelConfig, SFTConfig  # noqa: E402
+from mleforge.train.config import ModelConfig, SFTRunConfig  # noqa: E402
 from mleforge.train.errors import TrainError  # noqa: E402
 from mleforge.train.samples import read_samples  # noqa: E402
 from mleforge.train.sft import run_sft  # noqa: E402
@@ -35,8 +36,9 @@ def write(path, rows):
 def test_lora_sft_lowers_the_completion_loss_and_writes_a_loadable_checkpoint(tiny, tmp_path):
     rows = [sample("titanic", "draft", "def add(a, b):", ANSWER), sample("penguins", "improve", "import numpy", ANSWER)]
     samples = write(tmp_path / "samples.jsonl", rows * 4)
-    config = SFTConfig(samples=str(samples), out=str(tmp_path / "run"), model=ModelConfig(spec=f"hf:{tiny}"),
-                       max_steps=25, lr=2e-2, batch_size=4, grad_accum=1, save_steps=10, seed=1)
+    config = SFTRunConfig(samples=str(samples), out=str(tmp_path / "run"), model=ModelConfig(spec=f"hf:{tiny}"),
+                          sft={"max_steps": 25, "lr": 2e-2, "batch_size": 4, "grad_accum": 1, "save_steps": 10},
+                          seed=1)
     result = run_sft(config, progress=False)
     assert result.samples == 8 and result.dropped_long == 0 and result.steps == 25
     # LoRA cannot sharpen the tiny model's logits much (its norms and head stay frozen), but
@@ -55,15 +57,15 @@ def test_lora_sft_lowers_the_completion_loss_and_writes_a_loadable_checkpoint(ti
     md = Path(written.markdown).read_text()
     assert "## Supervised fine-tuning" in md and "sft_loss.png" in md
     with pytest.raises(TrainError, match="holds another SFT run"):
-        run_sft(SFTConfig(**{**config.__dict__, "lr": 1e-3}), progress=False)
+        run_sft(SFTRunConfig(**{**config.__dict__, "sft": dataclasses.replace(config.sft, lr=1e-3)}), progress=False)
 
 
 def test_full_sft_learns_the_answer_and_hf_loads_it(tiny, tmp_path):
     rows = [sample("titanic", "draft", "def add(a, b):", ANSWER)]
     samples = write(tmp_path / "samples.jsonl", rows * 4)
-    config = SFTConfig(samples=str(samples), out=str(tmp_path / "run"),
-                       model=ModelConfig(spec=f"hf:{tiny}", full=True), max_steps=80, lr=1e-2, batch_size=4,
-                       grad_accum=1, seed=1)
+    config = SFTRunConfig(samples=str(samples), out=str(tmp_path / "run"),
+                          model=ModelConfig(spec=f"hf:{tiny}", full=True),
+                          sft={"max_steps": 80, "lr": 1e-2, "batch_size": 4, "grad_accum": 1}, seed=1)
     result = run_sft(config, progress=False)
     assert result.loss_after < 0.5 * result.loss_before
     model_dir = tmp_path / "run" / "model"
@@ -94,7 +96,7 @@ def test_the_loss_is_measured_on_a_seeded_subset_of_loss_samples():
     assert loss_subset(rows, 4, seed=3) == picked  # the same seed, the same subset
     assert loss_subset(rows, 10, seed=3) == rows and loss_subset(rows, 32, seed=0) == rows
     with pytest.raises(ConfigError, match="sft.loss_samples"):
-        SFTConfig(samples="s.jsonl", out="run", loss_samples=0)
+        SFTRunConfig(samples="s.jsonl", out="run", sft={"loss_samples": 0})
 
 
 def test_a_run_written_before_a_setting_existed_resumes_when_it_has_the_default(tmp_path):
@@ -102,14 +104,14 @@ def test_a_run_written_before_a_setting_existed_resumes_when_it_has_the_default(
 
     from mleforge.train.sft import _check_same_run
 
-    config = SFTConfig(samples="s.jsonl", out=str(tmp_path))
+    config = SFTRunConfig(samples="s.jsonl", out=str(tmp_path))
     old = config.to_dict()
-    del old["loss_samples"]  # a config.yaml from before loss_samples: it read as the default, 32
+    del old["sft"]["loss_samples"]  # a config.yaml from before loss_samples: it read as the default, 32
     del old["model"]["lora_layers"]  # and from before model.lora_layers: every layer
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
     _check_same_run(tmp_path, config)
-    with pytest.raises(TrainError, match=r"different loss_samples"):
-        _check_same_run(tmp_path, SFTConfig(samples="s.jsonl", out=str(tmp_path), loss_samples=8))
+    with pytest.raises(TrainError, match=r"different sft\.loss_samples"):
+        _check_same_run(tmp_path, SFTRunConfig(samples="s.jsonl", out=str(tmp_path), sft={"loss_samples": 8}))
     with pytest.raises(TrainError, match=r"different model"):
-        _check_same_run(tmp_path, SFTConfig(samples="s.jsonl", out=str(tmp_path),
-                                            model=ModelConfig(lora_layers=12)))
+        _check_same_run(tmp_path, SFTRunConfig(samples="s.jsonl", out=str(tmp_path),
+                                               model=ModelConfig(lora_layers=12)))

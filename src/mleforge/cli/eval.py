@@ -5,33 +5,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mleforge.cli.options import (
-    POLICY_HELP,
-    add_feedback_option,
-    add_generation_options,
-    common,
-    task_registry,
-)
+from mleforge import config as tree
+from mleforge.cli.engine_options import add_engine_arguments
+from mleforge.cli.options import add_config_file, common, task_registry
 from mleforge.cli.output import err_console, print_json, print_table
-from mleforge.cli.stepwise import add_stepwise_arguments, cmd_eval_stepwise
+from mleforge.cli.stepwise import add_stepwise_arguments, cmd_eval_stepwise, eval_configs
+from mleforge.eval.config import EvalConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", parents=[common()],
                        help="evaluate a policy on tasks x seeds like MLE-bench (resumable); writes aggregate.json")
-    p.add_argument("--policy", default="template", help=POLICY_HELP)
-    p.add_argument("--tasks", default="lite", help="lite | all | id,id,... (mlebench:<id> for MLE-bench); default lite")
-    p.add_argument("--seeds", type=int, default=3, help="seeds per task (default 3)")
-    p.add_argument("--first-seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=8, help="steps of search per run (default 8)")
-    p.add_argument("--time-limit", type=float, help="wall-time limit of one run, in seconds")
-    p.add_argument("--run-timeout", type=float, help="per-execution limit (default: the task's)")
-    p.add_argument("--workers", type=int, help="runs at once (default: half the CPUs); generation is serialized")
-    p.add_argument("--drafts", type=int, default=2, help="drafts before debugging/improving (default 2)")
-    add_generation_options(p)
-    add_feedback_option(p)
-    p.add_argument("--trained-on", action="append",
-                   help="a training run folder or record whose tasks the policy saw (repeatable; contamination guard)")
+    add_config_file(p, "an EvalConfig YAML file (with --stepwise also StepwiseStatesConfig's keys); flags over it")
+    tree.add_arguments(p, EvalConfig)  # --policy, --tasks, --seeds, --time-limit, --trained-on, ...
+    p.add_argument("--threads", type=int, help="torch threads for local models")
+    add_engine_arguments(p)  # --engine, --quantization: how a local model generates
     p.add_argument("--out", help="evaluation folder (default runs/eval/<policy>; resumed if present)")
     p.add_argument("--fresh", action="store_true", help="delete the evaluation folder first instead of resuming")
     p.add_argument("--stepwise", action="store_true",
@@ -48,31 +36,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from mleforge.cli.engine_options import engine_options
-
     """Evaluate a policy on tasks x seeds (MLE-bench style), in parallel, resumable; writes aggregate.json."""
     if args.stepwise:
         return cmd_eval_stepwise(args)
-    from mleforge.eval.config import EvalConfig
     from mleforge.eval.progress import RichGridProgress
     from mleforge.eval.runner import EvalGrid, safe_name
     from mleforge.eval.sections import pm
 
-    local = args.policy.partition(":")[0] in ("hf", "bundled")
-    config = EvalConfig(
-        policy=args.policy, tasks=args.tasks, seeds=args.seeds, first_seed=args.first_seed, steps=args.steps,
-        time_limit_s=args.time_limit, run_timeout_s=args.run_timeout, workers=args.workers, drafts=args.drafts,
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature, executor=args.executor,
-        isolation=args.isolation,
-        policy_options={**({"num_threads": args.threads} if local and args.threads else {}),
-                        **engine_options(args, args.policy)},
-        train_runs=tuple(args.trained_on or ()), feedback=args.feedback,
-    )
-    grid = EvalGrid(config, args.out or f"runs/eval/{safe_name(args.policy)}", registry=task_registry(args))
+    config, _ = eval_configs(args)
+    grid = EvalGrid(config, args.out or f"runs/eval/{safe_name(config.policy)}", registry=task_registry(args))
     warning = grid.contamination.warning
     if warning:
         err_console.print(f"[bold red]warning:[/] {warning}", highlight=False)
-    with RichGridProgress(console=err_console, disable=args.json, title=args.policy) as progress:
+    with RichGridProgress(console=err_console, disable=args.json, title=config.policy) as progress:
         grid.listener = progress
         result = grid.run(fresh=args.fresh)
     agg = result.aggregate
@@ -80,7 +56,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print_json(agg)
         return 0
     m, runs = agg["metrics"], agg["runs"]
-    print_table(f"{args.policy} on {len(agg['tasks'])} tasks x {len(agg['seeds'])} seeds "
+    print_table(f"{config.policy} on {len(agg['tasks'])} tasks x {len(agg['seeds'])} seeds "
                 f"({runs['finished']}/{runs['expected']} runs finished; {result.skipped} resumed)",
                 ["metric", "mean ± SEM over seeds", "per seed"],
                 [[name, pm(m[key], scale, digits), ", ".join(f"{v * scale:.{digits}f}" for v in

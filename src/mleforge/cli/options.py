@@ -11,6 +11,7 @@ import argparse
 
 from mleforge.cli.engine_options import add_engine_arguments, engine_options
 from mleforge.errors import MleforgeError
+from mleforge.sandbox.config import ISOLATION_HELP, ISOLATIONS
 
 POLICY_HELP = "template | openai:<model> | hf:<path> | bundled:smollm2-135m | bundled:qwen2.5-coder-0.5b"
 
@@ -22,6 +23,11 @@ def common() -> argparse.ArgumentParser:
     common.add_argument("--tasks-dir", action="append", help="a task folder or a folder of task folders (repeatable)")
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     return common
+
+
+def add_config_file(p: argparse.ArgumentParser, help_text: str) -> None:
+    """--config FILE: the command's settings from YAML (read as `args.config`; flags win)."""
+    p.add_argument("--config", metavar="FILE", help=help_text)
 
 
 def task_registry(args: argparse.Namespace):
@@ -58,16 +64,9 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     add_engine_arguments(p)  # --engine, --quantization: how a local model generates
 
 
-ISOLATION_HELP = (
-    "auto or bwrap: every script in a bwrap sandbox (the system's bwrap, else the bundled one), or an error "
-    "saying why it cannot be used here; none: NO sandbox, a script can read the answers, your files and the "
-    "environment and use the network (only for code you trust) (default: $MLEFORGE_ISOLATION, else auto)"
-)
-
-
 def add_isolation_option(p: argparse.ArgumentParser) -> None:
     """--isolation for commands that run scripts (read as `args.isolation`; None: not given)."""
-    p.add_argument("--isolation", choices=("auto", "bwrap", "none"), help=ISOLATION_HELP)
+    p.add_argument("--isolation", choices=ISOLATIONS, help=ISOLATION_HELP)
 
 
 def executor_options(args: argparse.Namespace) -> dict:
@@ -107,12 +106,6 @@ def lora_layers_arg(text: str) -> int | str:
     if value < 1:
         raise argparse.ArgumentTypeError(f"got {text!r}; give a number of layers (1 or more) or 'all'")
     return value
-
-
-PROMPT_GRAD_HELP = ("on: the exact gradient; off: the prompt but its last token runs without a graph, so the "
-                    "backward pass covers the completion only (the same loss; the gradient through the prompt's "
-                    "keys and values left out; a CPU's path: where Triton runs, TRL's exact one). Default: off; "
-                    "gpu-1x: on (activation checkpointing needs it on)")
 
 
 def on_off(text: str) -> bool:

@@ -89,9 +89,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             result = runner.run()
     finally:
         policy.close()
+    _print_result(args, result, run_dir)
+    return 0
+
+
+def _print_result(args: argparse.Namespace, result, run_dir: Path) -> None:
+    """The episode's result: JSON, or its steps, final answer and summary as tables."""
     if args.json:
         print_json(result.to_dict())
-        return 0
+        return
     rows = [[n["step"] + 1, n["stage"], n["outcome"], n["score"], n["reward"]["total"]]
             for n in map(json.loads, (run_dir / "steps.jsonl").read_text().splitlines())]
     print_table(f"run {run_dir}", ["step", "stage", "outcome", "score", "reward"], rows)
@@ -104,4 +110,3 @@ def cmd_run(args: argparse.Namespace) -> int:
     print_table("summary", ["steps", "first valid at step", "wall s", "completion tokens", "stopped by"],
                 [[result.steps, result.steps_to_first_valid, result.wall_s, result.completion_tokens,
                   result.stopped_by]])
-    return 0

@@ -11,6 +11,7 @@ from typing import Any
 from mleforge.agent.runner import EpisodeConfig
 from mleforge.agent.search import SearchConfig
 from mleforge.errors import ConfigError
+from mleforge.sandbox.config import ISOLATION_HELP, ISOLATIONS
 
 # The settings that decide what a run does: an evaluation folder whose runs were made
 # with other values cannot be resumed (more seeds or tasks can be added, though).
@@ -32,22 +33,31 @@ class EvalConfig:
     MLE-bench); the final grade is always the private one.
     """
 
-    policy: str = "template"
-    tasks: str = "lite"
-    seeds: int = 3
-    first_seed: int = 0
-    steps: int = 8
-    time_limit_s: float | None = None  # wall time of one episode
-    run_timeout_s: float | None = None  # per execution; default the task's limit
-    workers: int | None = None
-    drafts: int = 2
-    max_new_tokens: int = 2048
-    temperature: float = 0.7
-    executor: str = "local"
-    isolation: str | None = None  # the executor's: auto, bwrap or none (None: $MLEFORGE_ISOLATION, else auto)
-    policy_options: Mapping[str, Any] = field(default_factory=dict)
-    train_runs: tuple[str, ...] = ()
-    feedback: str = "public"
+    policy: str = field(default="template", metadata={
+        "help": "template | openai:<model> | hf:<path> | bundled:smollm2-135m | bundled:qwen2.5-coder-0.5b"})
+    tasks: str = field(default="lite", metadata={"help": "lite | all | id,id,... (mlebench:<id> for MLE-bench)"})
+    seeds: int = field(default=3, metadata={"help": "seeds per task"})
+    first_seed: int = field(default=0, metadata={"help": "the first seed"})
+    steps: int = field(default=8, metadata={"help": "steps of search per run"})
+    time_limit_s: float | None = field(default=None, metadata={
+        "aliases": ("--time-limit",), "help": "wall-time limit of one run, in seconds"})
+    run_timeout_s: float | None = field(default=None, metadata={
+        "aliases": ("--run-timeout",), "help": "per-execution limit in seconds (none: the task's)"})
+    workers: int | None = field(default=None, metadata={
+        "help": "runs at once (none: half the CPUs; --stepwise: 2); generation is serialized"})
+    drafts: int = field(default=2, metadata={"help": "drafts before debugging/improving"})
+    max_new_tokens: int = field(default=2048, metadata={"help": "completion length cap"})
+    temperature: float = field(default=0.7, metadata={"help": "sampling temperature"})
+    executor: str = field(default="local", metadata={"help": "sandbox backend"})
+    isolation: str | None = field(default=None, metadata={"choices": ISOLATIONS, "help": ISOLATION_HELP})
+    policy_options: Mapping[str, Any] = field(default_factory=dict, metadata={"flag": False})
+    train_runs: tuple[str, ...] = field(default=(), metadata={
+        "aliases": ("--trained-on",), "repeat": True,
+        "help": "a training run folder or record whose tasks the policy saw (repeatable; contamination guard)"})
+    feedback: str = field(default="public", metadata={
+        "choices": ("public", "none"),
+        "help": "public: each submission's score on the public part of the test answers, in prompts and for the "
+                "search's choices; none: execution output only, as in MLE-bench"})
 
     def __post_init__(self) -> None:
         if not self.policy:

@@ -76,7 +76,7 @@ def evaluate_stage(settings: StageSettings, folder: Path, spec: str, label: str,
         return json.loads(out.read_text(encoding="utf-8"))
     out.parent.mkdir(parents=True, exist_ok=True)
     if not settings.enabled or not settings.eval_tasks:
-        result: dict[str, Any] = {"available": False, "reason": "turned off (stepwise_eval, or no --eval-tasks)"}
+        result: dict[str, Any] = {"available": False, "reason": "turned off (stepwise.enabled, or no --eval-tasks)"}
         atomic_write(out, json.dumps(result, indent=1))
         return result
     tasks = list(settings.eval_tasks)

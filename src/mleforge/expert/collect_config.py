@@ -4,13 +4,15 @@ a collect folder's layout (mleforge.expert.collect runs it)."""
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from mleforge import config as check
 from mleforge.agent.prompt_config import PROFILES, PromptConfig
 from mleforge.agent.runner import EpisodeConfig
 from mleforge.agent.search import SearchConfig
 from mleforge.errors import ConfigError
+from mleforge.sandbox.config import ISOLATION_HELP, ISOLATIONS
 
 RUN_RECORD = "run.json"
 SUMMARY_FILE = "collect.json"
@@ -40,62 +42,62 @@ class CollectConfig:
     COMPACT_COMPLETION_CHARS, full none; 0: none): the template expert answers within it
     (expert/short.py) and a sample over it is left out and counted, never cut."""
 
-    tasks: str = "lite"
-    teacher: str = "template"
-    episodes: int = 2
-    seeds: int = 1
-    first_seed: int = 0
-    steps: int = 6
-    drafts: int = 2
-    debug_prob: float = 0.5
-    ideas_low: int = 1
-    ideas_high: int = 3
-    idea_pool: int = 10
-    idea_source: str = "catalog"  # "catalog" (the template's approaches) or "teacher" (asks the teacher)
-    embedder: str = "auto"  # idea diversity: MiniLM when installed, else TF-IDF
-    max_new_tokens: int = 2048
-    temperature: float = 0.7
-    run_timeout_s: float | None = None  # per execution; default the task's limit
-    workers: int | None = None
-    executor: str = "local"
-    isolation: str | None = None  # None: $MLEFORGE_ISOLATION, else auto (bwrap or a clear error)
-    prompt_profile: str = "full"
-    code_chars: int | None = None
-    completion_chars: int | None = None
-    keep_failures: bool = False
-    keep_hidden_edits: bool = False
+    tasks: str = field(default="lite", metadata={"help": "lite | all | id,id,..."})
+    teacher: str = field(default="template", metadata={"help": "template (offline) | openai:<model>"})
+    episodes: int = field(default=2, metadata={"help": "episodes per task and seed"})
+    seeds: int = field(default=1, metadata={"help": "seeds per task"})
+    first_seed: int = field(default=0, metadata={"help": "the first seed"})
+    steps: int = field(default=6, metadata={"help": "steps per episode"})
+    drafts: int = field(default=2, metadata={"help": "drafts before debugging/improving"})
+    debug_prob: float = field(default=0.5, metadata={"help": "chance a step debugs a failed node"})
+    ideas_low: int = field(default=1, metadata={"help": "at least this many ideas in an episode's first prompt"})
+    ideas_high: int = field(default=3, metadata={"help": "at most this many ideas (0: none)"})
+    idea_pool: int = field(default=10, metadata={"help": "the task's ideas the most diverse are drawn from"})
+    idea_source: str = field(default="catalog", metadata={
+        "choices": IDEA_SOURCES, "help": "the idea pool: the template's catalog, or ideas the teacher writes"})
+    embedder: str = field(default="auto", metadata={
+        "choices": EMBEDDERS, "help": "idea diversity measured with MiniLM (when installed) or TF-IDF"})
+    max_new_tokens: int = field(default=2048, metadata={"help": "the teacher's completion cap"})
+    temperature: float = field(default=0.7, metadata={"help": "the teacher's sampling temperature"})
+    run_timeout_s: float | None = field(default=None, metadata={
+        "help": "per-execution limit in seconds (none: the task's)"})
+    workers: int | None = field(default=None, metadata={"help": "episodes at once (none: half the CPUs)"})
+    executor: str = field(default="local", metadata={"help": "sandbox backend"})
+    isolation: str | None = field(default=None, metadata={"choices": ISOLATIONS, "help": ISOLATION_HELP})
+    prompt_profile: str = field(default="full", metadata={
+        "choices": PROFILES, "help": "how the samples' prompts are rendered (compact for the CPU preset)"})
+    code_chars: int | None = field(default=None, metadata={
+        "help": "the target script's budget in the samples' prompts (none: the profile's)"})
+    completion_chars: int | None = field(default=None, metadata={
+        "help": "a debug or improve sample's completion budget in characters (none: the profile's; 0: none)"})
+    keep_failures: bool = field(default=False, metadata={
+        "help": "also keep steps that did not produce a valid submission"})
+    keep_hidden_edits: bool = field(default=False, metadata={
+        "help": "also keep edits of lines the prompt's view of the script hides"})
 
     def __post_init__(self) -> None:
-        if not isinstance(self.tasks, str) or not self.tasks.strip():
-            raise ConfigError("collect.tasks: give lite, all, or task ids separated by commas")
+        check.text("collect.tasks", self.tasks, "give lite, all, or task ids separated by commas")
         if self.teacher.partition(":")[0] not in TEACHERS or (
                 self.teacher.startswith("openai") and not self.teacher.partition(":")[2]):
             raise ConfigError(f"collect.teacher: got {self.teacher!r}; expected template or openai:<model>")
         for key, low in (("episodes", 1), ("seeds", 1), ("first_seed", 0), ("steps", 1), ("drafts", 1),
                          ("ideas_low", 0), ("ideas_high", 0), ("idea_pool", 1), ("max_new_tokens", 1)):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(f"collect.{key}: got {value!r}; expected an integer >= {low}")
+            check.integer(f"collect.{key}", getattr(self, key), low)
         if self.episodes > MAX_EPISODES:
             raise ConfigError(f"collect.episodes: got {self.episodes}; at most {MAX_EPISODES} per task and seed")
         if 0 < self.ideas_high < self.ideas_low:  # ideas_high 0: no ideas at all
             raise ConfigError(f"collect.ideas_high ({self.ideas_high}) must be >= ideas_low ({self.ideas_low}), "
                               "or 0 for no ideas")
-        if self.idea_source not in IDEA_SOURCES:
-            raise ConfigError(f"collect.idea_source: got {self.idea_source!r}; expected catalog or teacher")
-        if self.embedder not in EMBEDDERS:
-            raise ConfigError(f"collect.embedder: got {self.embedder!r}; expected one of {', '.join(EMBEDDERS)}")
-        if self.prompt_profile not in PROFILES:
-            raise ConfigError(f"collect.prompt_profile: got {self.prompt_profile!r}; expected full or compact")
-        if self.workers is not None and (isinstance(self.workers, bool) or self.workers < 1):
-            raise ConfigError(f"collect.workers: got {self.workers!r}; expected >= 1 (None: half the CPUs)")
-        if self.code_chars is not None and self.code_chars < 0:
-            raise ConfigError(f"collect.code_chars: got {self.code_chars}; expected >= 0 (0: the whole script)")
-        if self.completion_chars is not None and (isinstance(self.completion_chars, bool)
-                                                  or not isinstance(self.completion_chars, int)
-                                                  or self.completion_chars < 0):
-            raise ConfigError(f"collect.completion_chars: got {self.completion_chars!r}; expected an integer >= 0 "
-                              "(0: no budget; unset: the prompt profile's)")
+        check.choice("collect.idea_source", self.idea_source, IDEA_SOURCES)
+        check.choice("collect.embedder", self.embedder, EMBEDDERS)
+        check.choice("collect.prompt_profile", self.prompt_profile, PROFILES)
+        check.choice("collect.isolation", self.isolation, ISOLATIONS, optional=True)
+        check.integer("collect.workers", self.workers, 1, " (None: half the CPUs)", optional=True)
+        check.integer("collect.code_chars", self.code_chars, 0, " (0: the whole script)", optional=True)
+        check.integer("collect.completion_chars", self.completion_chars, 0,
+                      " (0: no budget; unset: the prompt profile's)", optional=True)
+        check.flag("collect.keep_failures", self.keep_failures)
+        check.flag("collect.keep_hidden_edits", self.keep_hidden_edits)
         self.episode_config(0)  # validates the episode settings now, not at the first episode
 
     def episode_config(self, seed: int) -> EpisodeConfig:

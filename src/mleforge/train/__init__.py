@@ -13,7 +13,7 @@
         buffer_callback   the callback feeding each step back to the buffer, once, on the main process
         generation        the seam between the trainer and whatever generates its rollouts
         ct2_rollout       CTranslate2 rollouts with the trained weights synced
-    config            SFTConfig, TrainConfig, ModelConfig; presets (cpu, gpu-1x)
+    config            TrainConfig (nests ModelConfig, SFTConfig, GenerationConfig, ...), SFTRunConfig; presets
     model             load a model for training: bundled:NAME, hf:PATH (LoRA by default, or full)
     samples           SFT samples (JSONL, TRL's conversational prompt-completion format)
     sft               `mleforge sft`: TRL's SFTTrainer, loss on the completion only

@@ -46,14 +46,14 @@ def preflight(config: TrainConfig, registry: TaskRegistry) -> Plan:
     if config.sequences_per_step % (config.micro_batch * world):
         raise TrainError(f"{config.sequences_per_step} sequences a step do not split into micro-batches of "
                          f"{config.micro_batch} on {world} processes; change --groups-per-step or micro_batch")
-    backend = resolve_generation(config.generation, cuda=device.startswith("cuda"),
+    backend = resolve_generation(config.generation.backend, cuda=device.startswith("cuda"),
                                  converts=lambda: ct2_architecture_problem(source, config.model.spec) is None)
-    if backend == "ct2" and config.generation == "ct2":
+    if backend == "ct2" and config.generation.backend == "ct2":
         problem = ct2_architecture_problem(source, config.model.spec)
         if problem is not None:
             raise TrainError(f"--generation ct2: {problem}; use --generation trl")
     bf16 = resolve_bf16(config.bf16, device, torch)
-    resolved = config.replace(generation=backend, bf16=bf16)
+    resolved = config.replace(generation={"backend": backend}, bf16=bf16)
     return Plan(resolved, tasks, eval_tasks, source, device, world)
 
 
@@ -76,12 +76,12 @@ def _select_tasks(config: TrainConfig, registry: TaskRegistry) -> tuple[tuple[Ta
 
 def _check_warm_start(config: TrainConfig, tasks: tuple[Task, ...]) -> None:
     """--sft auto's collect, --sft PATH's model and --journals' folder, checked."""
-    if config.sft_mode == "auto":
+    if config.warm_start_mode == "auto":
         collect_config(config, tasks)  # its prompt must be the run's (below)
-    if config.sft_mode == "path":
-        folder = sft_model_folder(config.sft)
+    if config.warm_start_mode == "path":
+        folder = sft_model_folder(config.warm_start)
         if not folder.is_dir():
-            raise TrainError(f"--sft {config.sft}: no such folder; give an `mleforge sft` run (or its model/)")
+            raise TrainError(f"--sft {config.warm_start}: no such folder; give an `mleforge sft` run (or its model/)")
         check_model(replace(config.model, spec=f"hf:{folder}"))
     if config.journals is not None:
         journal_files(config.journals)

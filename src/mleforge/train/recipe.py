@@ -10,7 +10,7 @@ A run, top to bottom (`_run`, then `_train_and_save`):
     -> the step-wise evaluation before (the model as given; beside the expert's collection
        when --sft auto collects: mleforge.eval.background)
     -> seed the buffer (expert journals: --journals, the collection's, or the template expert's)
-    -> warm start (mleforge.train.warm_start) -> the step-wise evaluation after it (stepwise_after_sft)
+    -> warm start (mleforge.train.warm_start) -> the step-wise evaluation after it (stepwise.after_sft)
     -> recover (back to the last complete checkpoint) -> build the GRPO trainer (mleforge.train.grpo)
     -> train -> save final/ -> the step-wise evaluation after -> run.json and the report
 
@@ -114,13 +114,9 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     if not path.is_file():
         raise TrainError(f"--resume {run_dir}: no {CONFIG_FILE} there; give the run directory `mleforge train` made")
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if isinstance(data, dict) and isinstance(data.get("model"), dict):
-        from mleforge.train.config import ModelConfig
+    from mleforge.train.config import upgrade_train_dict
 
-        data["model"] = {**ModelConfig.LEGACY, **data["model"]}  # a run from before a setting ran without it
-    if isinstance(data, dict):
-        data = {**TrainConfig.LEGACY, **data}
-    return TrainConfig.from_dict(data)
+    return TrainConfig.from_dict(upgrade_train_dict(data))  # a run from before the tree, or before a setting
 
 
 def resume(run_dir: str | Path, *, registry: TaskRegistry | None = None, progress: bool = True,
@@ -135,7 +131,7 @@ def resume(run_dir: str | Path, *, registry: TaskRegistry | None = None, progres
     plan = preflight(config, registry)
     if plan.config != config:
         raise TrainError(f"{folder} was configured for another machine (it resolved generation "
-                         f"{config.generation}, bf16 {config.bf16}; here {plan.config.generation}, "
+                         f"{config.generation.backend}, bf16 {config.bf16}; here {plan.config.generation.backend}, "
                          f"{plan.config.bf16}); resume it where it ran, or start a new run")
     return _run(plan, folder, registry, progress, renderer, callbacks, console)
 
@@ -162,7 +158,7 @@ def _run(plan: Plan, folder: Path, registry: TaskRegistry, progress: bool, rende
     try:
         # Before anything changes the model: the step-wise evaluation of the model as given. Where
         # the template expert collects, the two run side by side (mleforge.eval.background).
-        auto = config.sft_mode == "auto"
+        auto = config.warm_start_mode == "auto"
         collecting = auto and (sft_done(folder) is None or buffer.sealed_step is None)
         before = before_evaluation(plan, folder, registry, executor, progress, alongside=collecting, console=console)
         collected = None
@@ -172,7 +168,7 @@ def _run(plan: Plan, folder: Path, registry: TaskRegistry, progress: bool, rende
         if buffer.sealed_step is None:
             seed_buffer(plan, folder, buffer, collected, registry, executor)
         spec = warm_start(plan, folder, collected, progress, console)
-        if config.sft_mode != "none" and config.stepwise_after_sft:  # the warm start's share of the change
+        if config.warm_start_mode != "none" and config.stepwise.after_sft:  # the warm start's share of the change
             stepwise_evaluation(plan, folder, spec, "sft", registry, executor, progress, console=console)
         checkpoint, _ = recover(folder, buffer)
         final, steps_done = _train_and_save(plan, folder, spec, buffer, executor, checkpoint, renderer=renderer,
@@ -247,7 +243,7 @@ def seed_buffer(plan: Plan, folder: Path, buffer: StateBuffer, collected: Collec
     elif collected is not None:  # the warm start's expert episodes seed the buffer too
         journals = load_journals(collected.journals_dir, ids)
     else:
-        journals = expert_journals(plan.tasks, folder, steps=config.expert_steps, seed=config.seed,
+        journals = expert_journals(plan.tasks, folder, steps=config.collect.steps, seed=config.seed,
                                    executor=executor, registry=registry)
     set_up_tasks(buffer, plan.tasks, journals, stages=config.seed_stages)
 
@@ -286,12 +282,12 @@ def _step_of(line: str) -> float:
 def _executor(config: TrainConfig, folder: Path) -> Any:
     from mleforge.sandbox import CachingExecutor, make_executor
 
-    kind = config.executor
-    options: dict[str, Any] = {} if config.exec_workers is None or kind == "ray" else {"max_workers": config.exec_workers}
-    if config.isolation is not None:
-        options["isolation"] = config.isolation
+    kind = config.sandbox.executor
+    options: dict[str, Any] = {} if config.sandbox.exec_workers is None or kind == "ray" else {"max_workers": config.sandbox.exec_workers}
+    if config.sandbox.isolation is not None:
+        options["isolation"] = config.sandbox.isolation
     executor = make_executor(kind, **options)  # auto: the warm pool where it isolates, else local
-    return CachingExecutor(executor, folder / RESULTS_CACHE) if config.cache else executor
+    return CachingExecutor(executor, folder / RESULTS_CACHE) if config.sandbox.cache else executor
 
 
 def stage_settings(plan: Plan) -> StageSettings:
@@ -301,19 +297,19 @@ def stage_settings(plan: Plan) -> StageSettings:
     from mleforge.train.grpo.executing_reward import execution_workers
 
     config = plan.config
-    options: dict[str, Any] = {"engine": config.engine}
-    if config.quantization is not None:
-        options["quantization"] = config.quantization
+    options: dict[str, Any] = {"engine": config.stepwise.engine}
+    if config.stepwise.quantization is not None:
+        options["quantization"] = config.stepwise.quantization
     if config.model.threads is not None:
         options["num_threads"] = config.model.threads
-    sampling = SamplingConfig(temperature=config.stepwise_temperature, max_new_tokens=config.max_new_tokens,
+    sampling = SamplingConfig(temperature=config.stepwise.temperature, max_new_tokens=config.max_new_tokens,
                               seed=config.seed)
     return StageSettings(
-        enabled=config.stepwise_eval, eval_tasks=tuple(plan.eval_tasks), n_states=config.stepwise_states,
-        seed=config.seed, stages=config.seed_stages, expert_steps=config.stepwise_expert_steps, sampling=sampling,
+        enabled=config.stepwise.enabled, eval_tasks=tuple(plan.eval_tasks), n_states=config.stepwise.states,
+        seed=config.seed, stages=config.seed_stages, expert_steps=config.stepwise.expert_steps, sampling=sampling,
         prompt=config.prompt, reward=config.reward,
-        workers=execution_workers(config, plan.eval_tasks) if config.stepwise_eval and plan.eval_tasks else 0,
-        run_timeout_s=config.run_timeout_s, policy_options=options)
+        workers=execution_workers(config, plan.eval_tasks) if config.stepwise.enabled and plan.eval_tasks else 0,
+        run_timeout_s=config.sandbox.run_timeout_s, policy_options=options)
 
 
 def stepwise_evaluation(plan: Plan, folder: Path, spec: str, label: str, registry: TaskRegistry | None,
@@ -332,7 +328,7 @@ def before_evaluation(plan: Plan, folder: Path, registry: TaskRegistry | None, e
     collection when `alongside` (and wanted, and not made yet), else at once."""
     config = plan.config
     done = (folder / STEPWISE_DIR / "before.json").is_file()
-    wanted = config.stepwise_eval and bool(plan.eval_tasks)
+    wanted = config.stepwise.enabled and bool(plan.eval_tasks)
     spec = config.model.spec
 
     def evaluate(runs_on: Executor, shown: bool) -> dict[str, Any]:

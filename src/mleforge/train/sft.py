@@ -7,7 +7,7 @@ directory holds
 
     run.json          kind "sft", the tasks the samples came from (the contamination guard
                       reads them), the model, the sample counts, the loss before and after
-    config.yaml       the full SFTConfig
+    config.yaml       the full SFTRunConfig
     metrics.jsonl     one line per optimizer step: step, loss, learning rate
     checkpoints/      TRL checkpoints (resumed from when the command runs again)
     model/            the result: the adapter (or the whole model), its tokenizer and the
@@ -29,9 +29,10 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from mleforge.config import changed_paths
 from mleforge.runs import CHECKPOINT_RECORD, CHECKPOINTS_DIR, MODEL_DIR, RUN_RECORD
 from mleforge.train.checkpoint_marks import checkpoint_callback, last_checkpoint
-from mleforge.train.config import ModelConfig, SFTConfig
+from mleforge.train.config import SFTRunConfig, upgrade_sft_run_dict
 from mleforge.train.errors import TrainError
 from mleforge.train.model import (
     TrainableModel,
@@ -111,7 +112,7 @@ def _metrics_callback(path: Path) -> Any:
     return LossLog()
 
 
-def run_sft(config: SFTConfig, *, progress: bool = True, console: Console | None = None) -> SFTResult:
+def run_sft(config: SFTRunConfig, *, progress: bool = True, console: Console | None = None) -> SFTResult:
     """Fine-tune `config.model` on `config.samples` into `config.out` (see the module
     docstring); resumes from the run's last complete checkpoint."""
     started = time.monotonic()
@@ -128,11 +129,11 @@ def run_sft(config: SFTConfig, *, progress: bool = True, console: Console | None
     from datasets import Dataset
 
     loaded = load_for_training(config.model)
-    kept, dropped = fit_samples(samples, loaded.tokenizer, config.max_length)
+    kept, dropped = fit_samples(samples, loaded.tokenizer, config.sft.max_length)
     if not kept:
-        raise TrainError(f"every sample is longer than max_length={config.max_length} tokens; raise "
+        raise TrainError(f"every sample is longer than max_length={config.sft.max_length} tokens; raise "
                          "--max-length or collect with a compact prompt")
-    subset = loss_subset(kept, config.loss_samples, config.seed)
+    subset = loss_subset(kept, config.sft.loss_samples, config.seed)
     loss_before = completion_loss(loaded.model, loaded.tokenizer, subset)
     tasks = tasks_of(kept)
     record = {"kind": "sft", "tasks": tasks, "model": config.model.spec, "samples": len(kept),
@@ -168,20 +169,20 @@ def run_sft(config: SFTConfig, *, progress: bool = True, console: Console | None
     return result
 
 
-def sft_trainer(config: SFTConfig, loaded: TrainableModel, dataset: Any, output_dir: Path) -> Any:
+def sft_trainer(config: SFTRunConfig, loaded: TrainableModel, dataset: Any, output_dir: Path) -> Any:
     """The trainer `run_sft` trains with: TRL's SFTTrainer with the completion-only head on a
     CPU (mleforge.train.sft_trainer), `config`'s schedule, bf16 where the device computes it."""
     import trl
 
     from mleforge.train.sft_trainer import CompletionSFTTrainer
 
-    bf16 = resolve_bf16(config.bf16, loaded.device, _torch())
+    bf16 = resolve_bf16(config.sft.bf16, loaded.device, _torch())
     args = trl.SFTConfig(
-        output_dir=str(output_dir), num_train_epochs=config.epochs,
-        max_steps=config.max_steps or -1, learning_rate=config.lr, lr_scheduler_type="cosine",
-        per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.grad_accum,
+        output_dir=str(output_dir), num_train_epochs=config.sft.epochs,
+        max_steps=config.sft.max_steps or -1, learning_rate=config.sft.lr, lr_scheduler_type="cosine",
+        per_device_train_batch_size=config.sft.batch_size, gradient_accumulation_steps=config.sft.grad_accum,
         max_length=None,  # too-long samples were left out above; none is cut
-        completion_only_loss=True, logging_steps=1, save_steps=config.save_steps, save_total_limit=2,
+        completion_only_loss=True, logging_steps=1, save_steps=config.sft.save_steps, save_total_limit=2,
         report_to="none", disable_tqdm=True, bf16=bf16, fp16=False, seed=config.seed, data_seed=config.seed,
         gradient_checkpointing=config.model.gradient_checkpointing, use_cpu=loaded.device == "cpu",
         dataset_num_proc=None,
@@ -210,21 +211,15 @@ def _torch() -> Any:
     return torch
 
 
-def _check_same_run(run_dir: Path, config: SFTConfig) -> None:
+def _check_same_run(run_dir: Path, config: SFTRunConfig) -> None:
     """A run directory holds one run: the same config resumes it, another one is refused."""
     path = run_dir / "config.yaml"
     data = config.to_dict()
     if path.is_file():
-        saved = yaml.safe_load(path.read_text(encoding="utf-8"))
-        # A setting added since the run was written reads as its default.
-        saved = {**{k: v for k, v in SFTConfig(samples="-", out="-").to_dict().items() if k not in saved}, **saved}
-        if isinstance(saved.get("model"), dict):  # the same for the model's settings (lora_layers: every layer;
-            # prompt_grad: on, as it ran)
-            saved["model"] = {**ModelConfig().to_dict(), **ModelConfig.LEGACY, **saved["model"]}
+        # A run written before the config tree, or before a setting existed, reads as it ran.
+        saved = upgrade_sft_run_dict(yaml.safe_load(path.read_text(encoding="utf-8")))
         if saved != data:
-            changed = sorted(k for k in data if k != "model" and saved.get(k) != data[k])
-            saved_model = saved.get("model") if isinstance(saved.get("model"), dict) else {}
-            changed += sorted(f"model.{k}" for k in data["model"] if saved_model.get(k) != data["model"][k])
+            changed = changed_paths(saved, data)
             raise TrainError(f"{run_dir} holds another SFT run (different {', '.join(changed)}); "
                              "pass another --out, or the same settings to resume it")
         return

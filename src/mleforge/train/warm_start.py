@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,18 +43,16 @@ def collect_config(config: TrainConfig, tasks: Sequence[Task]) -> CollectConfig:
     samples rendered with the run's prompt (refused where the run's PromptConfig is not a
     profile collect can render: the warm start must see the prompts GRPO will)."""
     from mleforge.agent.prompt_config import PromptConfig
-    from mleforge.expert.collect_config import CollectConfig
 
     profile, code_chars = config.prompt.profile, config.prompt.code_chars
     if PromptConfig.for_profile(profile, code_chars=code_chars) != config.prompt:
         raise TrainError(f"--sft auto renders its samples with the {profile} prompt profile, and this run's prompt "
                          f"config changes that profile's budgets beyond code_chars; use the profile's own "
                          f"budgets (PromptConfig.for_profile), or collect yourself and pass --sft PATH")
-    return CollectConfig(tasks=",".join(t.id for t in tasks), teacher="template", episodes=config.sft_episodes,
-                         first_seed=config.seed, steps=config.expert_steps, embedder="tfidf",
-                         executor=config.executor if config.executor in ("local", "pool") else "local",
-                         isolation=config.isolation,
-                         prompt_profile=profile, code_chars=code_chars)
+    sandbox = config.sandbox
+    return replace(config.collect, tasks=",".join(t.id for t in tasks), first_seed=config.seed,
+                   executor=sandbox.executor if sandbox.executor in ("local", "pool") else "local",
+                   isolation=sandbox.isolation, prompt_profile=profile, code_chars=code_chars)
 
 
 def collect_expert(plan: Plan, folder: Path, registry: TaskRegistry, executor: Executor, progress: bool,
@@ -79,24 +78,22 @@ def warm_start(plan: Plan, folder: Path, collected: CollectResult | None, progre
     stages GRPO trains on (`seed_stages`): on the cpu preset the short debug and improve
     edits, not the whole-script drafts that are 10x longer than its completion cap."""
     config = plan.config
-    if config.sft_mode == "none":
+    if config.warm_start_mode == "none":
         return config.model.spec
-    if config.sft_mode == "path":
-        return f"hf:{sft_model_folder(config.sft)}"
+    if config.warm_start_mode == "path":
+        return f"hf:{sft_model_folder(config.warm_start)}"
     done = sft_done(folder)
     if done is not None:
         return f"hf:{done.model_dir}"
-    from mleforge.train.config import SFTConfig
+    from mleforge.train.config import SFTRunConfig
     from mleforge.train.sft import run_sft
 
     assert collected is not None  # auto collects whenever its warm start is not done
     if not collected.counts.get("samples"):
         raise TrainError(f"--sft auto: the template expert's episodes in {collected.out_dir} gave no sample "
-                         f"(left out: {collected.counts.get('left_out')}); raise sft_episodes or expert_steps, or "
+                         f"(left out: {collected.counts.get('left_out')}); raise collect.episodes or collect.steps, or "
                          "pass --sft none")
-    result = run_sft(SFTConfig(samples=collected.samples_path, out=str(folder / SFT_DIR), model=config.model,
-                               max_steps=config.sft_steps, lr=config.sft_lr, batch_size=config.sft_batch_size,
-                               grad_accum=config.sft_grad_accum, max_length=config.sft_max_length,
-                               stages=config.seed_stages, loss_samples=config.sft_loss_samples,
-                               seed=config.seed), progress=progress, console=console)
+    result = run_sft(SFTRunConfig(samples=collected.samples_path, out=str(folder / SFT_DIR), model=config.model,
+                                  stages=config.seed_stages, seed=config.seed, sft=config.sft),
+                     progress=progress, console=console)
     return f"hf:{result.model_dir}"

@@ -92,8 +92,8 @@ class Ct2Rollout:
 
         import_ctranslate2()  # the error that names [fast], before a model is converted
         self.tokenizer = tokenizer
-        self.quantization: str | None = config.rollout_quantization  # None: the training weights' own type
-        self.sync_every = config.sync_every
+        self.quantization: str | None = config.generation.rollout_quantization  # None: the training weights' own type
+        self.sync_every = config.generation.sync_every
         self.threads = config.model.threads
         self.sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p,
                                        max_new_tokens=config.max_new_tokens, seed=None)

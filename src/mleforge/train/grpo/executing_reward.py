@@ -150,6 +150,6 @@ def execution_workers(config: TrainConfig, tasks: Sequence[Task]) -> int:
     limits allow on this machine."""
     from mleforge.sandbox.batch import default_workers
 
-    if config.exec_workers is not None:
-        return config.exec_workers
+    if config.sandbox.exec_workers is not None:
+        return config.sandbox.exec_workers
     return min(default_workers(RunLimits.of(None, t.spec.limits)) for t in tasks)

@@ -78,11 +78,11 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, exec
                            config.learnability)
     feed = CurriculumFeed(buffer, sampler, tasks, renderer or make_renderer(config.prompt), config.groups_per_step)
     rank = PartialState().process_index
-    reward = ExecutingReward(tasks, executor, feed.states, reward=config.reward, timeout_s=config.run_timeout_s,
+    reward = ExecutingReward(tasks, executor, feed.states, reward=config.reward, timeout_s=config.sandbox.run_timeout_s,
                              feedback=config.feedback,
                              max_workers=execution_workers(config, plan.tasks), rank=rank)
     args = grpo_args(plan, folder, loaded.device)
-    rollout = rollout_func_for(config.generation, config, loaded.tokenizer)
+    rollout = rollout_func_for(config.generation.backend, config, loaded.tokenizer)
     trainer = CurriculumGRPOTrainer(
         model=loaded.model, reward_funcs=[reward], args=args,
         train_dataset=Dataset.from_list(placeholder_rows(config.groups_per_step)),
@@ -124,5 +124,5 @@ def grpo_args(plan: Plan, folder: Path, device: str) -> Any:
         report_to="none", disable_tqdm=True, bf16=bool(config.bf16), fp16=False, seed=config.seed,
         data_seed=config.seed, gradient_checkpointing=config.model.gradient_checkpointing,
         use_cpu=device == "cpu", remove_unused_columns=False, log_completions=False, disable_dropout=True,
-        dataloader_num_workers=0, **trl_generation_args(config, config.generation),
+        dataloader_num_workers=0, **trl_generation_args(config, config.generation.backend),
     )
