@@ -179,3 +179,15 @@ def test_train_auto_executor_is_the_pool_wherever_it_isolates(tmp_path, monkeypa
     monkeypatch.setattr(PoolExecutor, "_choose_isolation", cannot)
     with make_executor("auto", base_dir=tmp_path / "c") as chosen:
         assert type(chosen) is LocalExecutor and chosen.isolation == "bwrap"
+
+
+def test_the_warm_start_collection_takes_the_runs_own_tasks_seed_sandbox_and_prompt():
+    from mleforge.cli.main import build_parser
+    from mleforge.cli.train import train_config
+
+    with pytest.raises(ConfigError, match=r"collect.tasks: .*set --tasks instead \(got 'titanic'\)"):
+        TrainConfig(collect={"tasks": "titanic"})
+    with pytest.raises(ConfigError, match=r"collect.executor: .*set --sandbox.executor instead"):
+        train_config(build_parser().parse_args(["train", "--collect.executor", "pool"]))
+    config = train_config(build_parser().parse_args(["train", "--collect.episodes", "2", "--expert-steps", "3"]))
+    assert (config.collect.episodes, config.collect.steps) == (2, 3)

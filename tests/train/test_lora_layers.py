@@ -4,7 +4,6 @@ backward pass stops at the lowest adapted layer, the presets, the flags, and a r
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -14,7 +13,6 @@ pytest.importorskip("trl")
 import peft  # noqa: E402
 import torch  # noqa: E402
 
-from mleforge.cli.options import lora_layers_arg  # noqa: E402
 from mleforge.errors import ConfigError  # noqa: E402
 from mleforge.policies import SamplingConfig, make_policy  # noqa: E402
 from mleforge.train.config import ModelConfig, TrainConfig  # noqa: E402
@@ -63,7 +61,7 @@ def test_the_adapter_goes_on_the_top_layers_only_and_backward_stops_below_them(t
     assert len(grads) == 7 and all(g is not None and torch.count_nonzero(g) > 0 for g in grads)
 
 
-def test_presets_config_and_flags():
+def test_presets_config_and_flags(capsys):
     # every layer by default (the top-12 setting halved the main job's warm start but left it malformed)
     assert TrainConfig().model.lora_layers is None
     assert TrainConfig.preset_config("gpu-1x").model.lora_layers is None
@@ -76,10 +74,18 @@ def test_presets_config_and_flags():
     saved = given.to_dict()
     del saved["model"]["lora_layers"]
     assert TrainConfig.from_dict(saved).model.lora_layers is None
-    assert lora_layers_arg("all") == "all" and lora_layers_arg("12") == 12
-    for bad in ("0", "-3", "x"):
-        with pytest.raises(argparse.ArgumentTypeError, match="give a number of layers"):
-            lora_layers_arg(bad)
+    from mleforge.cli.main import build_parser
+    from mleforge.cli.train import train_config
+
+    parser = build_parser()
+    layers = lambda *flags: train_config(parser.parse_args(["train", *flags])).model.lora_layers  # noqa: E731
+    assert (layers("--lora-layers", "all"), layers("--lora-layers", "12"), layers()) == (None, 12, None)
+    for bad in ("0", "-3"):
+        with pytest.raises(ConfigError, match=r"model.lora_layers: got -?\d+; expected an integer >= 1"):
+            layers("--lora-layers", bad)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "--lora-layers", "x"])
+    assert "invalid" in capsys.readouterr().err
 
 
 def test_train_with_the_adapter_on_the_top_layer_runs_and_its_result_loads(tiny, titanic, journals, data_root,

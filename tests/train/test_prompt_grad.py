@@ -5,14 +5,11 @@ real step and the SFT trainer. The gradients themselves are checked in test_trai
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 import yaml
 
 pytest.importorskip("trl")
 
-from mleforge.cli.options import on_off  # noqa: E402
 from mleforge.errors import ConfigError  # noqa: E402
 from mleforge.train.config import ModelConfig, SFTRunConfig, TrainConfig  # noqa: E402
 from mleforge.train.errors import TrainError  # noqa: E402
@@ -21,7 +18,7 @@ from mleforge.train.sft import _check_same_run  # noqa: E402
 from tests.train.test_cli import one_step  # noqa: E402
 
 
-def test_presets_and_the_checkpointing_refusal():
+def test_presets_and_the_checkpointing_refusal(capsys):
     assert TrainConfig().model.prompt_grad is False and ModelConfig().prompt_grad is False
     assert TrainConfig.preset_config("cpu").model.prompt_grad is False
     assert TrainConfig.preset_config("gpu-1x").model.prompt_grad is True
@@ -32,9 +29,15 @@ def test_presets_and_the_checkpointing_refusal():
         TrainConfig.preset_config("gpu-1x", model={"prompt_grad": False})
     with pytest.raises(ConfigError, match=r"model.prompt_grad: got 'no'; expected true or false"):
         ModelConfig(prompt_grad="no")
-    assert on_off("on") is True and on_off(" OFF ") is False
-    with pytest.raises(argparse.ArgumentTypeError, match="give on or off"):
-        on_off("yes")
+    from mleforge.cli.main import build_parser
+    from mleforge.config import given
+
+    parser = build_parser()
+    for word, value in (("on", True), (" OFF ", False)):
+        assert given(parser.parse_args(["train", "--prompt-grad", word])) == {"model": {"prompt_grad": value}}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "--prompt-grad", "maybe"])
+    assert "give on or off" in capsys.readouterr().err
 
 
 def test_the_flags_set_it():

@@ -93,24 +93,3 @@ def policy_options(args: argparse.Namespace, registry) -> dict:
     if prefix in ("hf", "bundled") and args.threads:
         return {"num_threads": args.threads, **options}
     return options
-
-
-def lora_layers_arg(text: str) -> int | str:
-    """--lora-layers: a positive count, or `all`."""
-    if text.strip().lower() == "all":
-        return "all"
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"got {text!r}; give a number of layers (1 or more) or 'all'")
-    return value
-
-
-def on_off(text: str) -> bool:
-    """An on/off flag's value."""
-    value = text.strip().lower()
-    if value not in ("on", "off"):
-        raise argparse.ArgumentTypeError(f"got {text!r}; give on or off")
-    return value == "on"

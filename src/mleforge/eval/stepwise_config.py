@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mleforge import config as check
-from mleforge.agent.prompts import PROFILES
+from mleforge.agent.prompt_config import PROFILES
 from mleforge.errors import ConfigError
 from mleforge.policies.engines.base import ENGINE_CHOICES, QUANTIZATIONS
 

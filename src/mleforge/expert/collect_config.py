@@ -14,7 +14,6 @@ from mleforge.agent.search import SearchConfig
 from mleforge.errors import ConfigError
 from mleforge.sandbox.config import ISOLATION_HELP, ISOLATIONS
 
-RUN_RECORD = "run.json"
 SUMMARY_FILE = "collect.json"
 SAMPLES_FILE = "samples.jsonl"
 JOURNALS_DIR = "journals"

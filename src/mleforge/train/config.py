@@ -347,6 +347,15 @@ class TrainConfig(_Tree):
 
     def _link_sections(self) -> None:
         """What one section's setting means for another's."""
+        # The warm start's collection runs on the run's own tasks, seed, sandbox and prompt.
+        owned = {"tasks": "--tasks", "first_seed": "--seed", "executor": "--sandbox.executor",
+                 "isolation": "--sandbox.isolation", "prompt_profile": "--prompt.profile",
+                 "code_chars": "--prompt.code-chars"}
+        default = warm_start_collect()
+        for key, flag in owned.items():
+            if getattr(self.collect, key) != getattr(default, key):
+                raise ConfigError(f"collect.{key}: the warm start collects with the run's own setting; set {flag} "
+                                  f"instead (got {getattr(self.collect, key)!r})")
         # The LP's L is the chance that a group of G rollouts is not all tied: G is this run's group.
         if self.learnability.group_size != self.group_size:
             object.__setattr__(self, "learnability", replace(self.learnability, group_size=self.group_size))
