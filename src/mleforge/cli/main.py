@@ -31,9 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 # OpenMP's idle threads sleep instead of spinning, unless the user chose otherwise. Set before
 # torch or ctranslate2 load (nothing above imports them). On a busy CPU spinning threads starve
-# the working ones: a LoRA update of the bundled Qwen (600 tokens, 2 threads, one other busy
-# process) took 30.7 s spinning and 8.5 s passive here; the expert's scripts set it for the same
-# reason (the trainer's executor and other jobs share the cores with torch).
+# the working ones, and the trainer's executor and other jobs share the cores with torch
+# (`python benchmarks/train_step.py` beside a busy process shows it); the expert's scripts set it
+# for the same reason.
 OMP_WAIT_POLICY = "PASSIVE"
 
 

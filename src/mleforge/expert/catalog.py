@@ -70,9 +70,9 @@ def _shared_grid(profile: TaskProfile) -> list[Entry]:
 
 
 # A script's budget on one core (the sandbox gives two), and what one fit costs, in seconds.
-# The rates were measured on the built-in suite (single-threaded fits of rendered scripts:
-# e.g. boosting 32 classes x 50 iterations on 1,430 rows, 9 s; a 100-tree forest on 12,321
-# rows, 6 s); they overestimate more often than not.
+# The rates come from single-threaded fits of rendered scripts on the built-in suite
+# (`python benchmarks/agent.py` runs them); they overestimate more often than not, so that a
+# script the expert writes finishes inside its budget.
 SCRIPT_BUDGET_S = 60.0
 SCRIPT_OVERHEAD_S = 3.0  # start-up, imports, reading the CSV files
 FITS = {"holdout": 1.8, "kfold": 5.0}  # full-data fits a script pays for: 0.8 + 1, or 5 x 0.8 + 1
