@@ -1,10 +1,10 @@
 """No answers inside the sandbox: the data a task was built from, and its preparer, are out
 of a script's reach (sandbox/masks.py).
 
-For every built-in task, answer_hunt.py runs once in the warm pool's sandbox (the
-mleforge package bound where an installed copy would be visible, as in a normal
-install): every route to the source data must fail, and its submission must not score
-better than the leaderboard's best honest entry. The same hunt unisolated finds the
+For every built-in task, answer_hunt.py runs once in the warm pool's sandbox, and for
+two through the local executor's (the mleforge package bound where an installed copy
+would be visible, as in a normal install): every route to the source data must fail,
+and its submission must not score better than the leaderboard's best honest entry. The same hunt unisolated finds the
 data and scores better (so the hunt itself works), and an ordinary solution still runs.
 """
 
@@ -112,6 +112,17 @@ def test_no_route_to_the_answers(pool, prepared_registry, task_id):
     report = grade(task, result.submission_path)
     assert report.valid_submission, report.invalid_reason
     assert not better(task, report.score, best_honest(task)), (report.score, best_honest(task))
+
+
+@pytest.mark.parametrize("task_id", ["titanic", "digits"])
+def test_no_route_to_the_answers_through_the_local_executor(prepared_registry, sandbox_base, task_id):
+    task = prepared_registry.get(task_id)
+    with LocalExecutor("bwrap", base_dir=sandbox_base, extra_ro_binds=[MLEFORGE_PARENT]) as executor:
+        _bwrap_or_skip(executor)
+        result = executor.run(hunt_script(task), task, LIMITS)
+        report = grade(task, result.submission_path)
+    assert hunted(result) == {"files": {}, "loaders": {}, "mleforge": {}, "preparer": {}}
+    assert report.valid_submission and not better(task, report.score, best_honest(task)), report.score
 
 
 def test_the_hunt_finds_the_answers_unisolated(prepared_registry, sandbox_base):
