@@ -33,6 +33,8 @@ UNPRIVILEGED_TESTS = (
     "tests/sandbox/test_local.py::test_the_bwrap_used_is_recorded",
     "tests/sandbox/test_local.py::test_nothing_survives_a_killed_parent",
     "tests/sandbox/test_hostile.py",
+    "tests/sandbox/test_answers.py",
+    "tests/sandbox/test_masks.py",
 )
 SELECT = "not ray-bwrap"  # test_hostile ids name the executor: [local-bwrap-case]
 

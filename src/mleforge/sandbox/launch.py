@@ -37,8 +37,10 @@ from mleforge.sandbox.isolation import (
     probe_once,
     require_hidden,
     require_world_readable,
+    visible_roots,
 )
 from mleforge.sandbox.limits import MIB, RunLimits
+from mleforge.sandbox.masks import hidden_paths
 from mleforge.sandbox.process import Watched
 from mleforge.sandbox.result import ExecutionResult, killed_by_of
 from mleforge.sandbox.workspace import (
@@ -51,7 +53,7 @@ from mleforge.sandbox.workspace import (
     take_submission,
 )
 from mleforge.tasks.preparation import require_prepared
-from mleforge.tasks.spec import Limits
+from mleforge.tasks.spec import DataSource, Limits
 from mleforge.tasks.task import Task
 
 # Each run as root gets a uid of its own, far above real accounts.
@@ -76,9 +78,11 @@ class Start(Protocol):
         isolation: Isolation,
         uid: int | None,
         cancel: threading.Event | None,
+        masks: tuple[str, ...],
     ) -> tuple[Watched, float]:
         """Start the run's processes in a ready workspace and watch them until they are
-        gone: (what was seen, the CPU time to report if the supervisor could not)."""
+        gone: (what was seen, the CPU time to report if the supervisor could not). Under
+        bwrap the sandbox covers `masks` (masks.hidden_paths)."""
         ...
 
 
@@ -116,6 +120,13 @@ class Launcher:
     def ro_binds(self) -> tuple[str, ...]:
         return (*python_roots(self.python), *self.extra_ro_binds)
 
+    def masks(self, isolation: Isolation, sources: tuple[DataSource, ...] = ()) -> tuple[str, ...]:
+        """What a bwrap sandbox covers: the default data sources, `sources` (a task's), and
+        mleforge's package, wherever the interpreter has them in view (masks.py)."""
+        if isolation.kind != "bwrap":
+            return ()
+        return hidden_paths(self.python, sources, visible_roots(self.ro_binds))
+
     def session(self) -> Session:
         with self._session_lock:
             if self._session is None:
@@ -133,7 +144,7 @@ class Launcher:
         """A trivial run under `candidate` (see isolation.probe_once), once per process."""
         key = (self.executor, candidate, self.python, self.extra_ro_binds)
         return probe_once(key, candidate, lambda script, isolation: self.execute(
-            script, "probe", None, PROBE_LIMITS, isolation, False, None))
+            script, "probe", None, PROBE_LIMITS, isolation, False, None, self.masks(isolation)))
 
     def run(
         self, script: str, task: Task, limits: RunLimits | Limits | None, keep: bool, cancel: threading.Event | None
@@ -142,16 +153,17 @@ class Launcher:
         limits = RunLimits.of(limits, task.spec.limits)
         if self.resolve_isolation().kind == "bwrap":
             require_hidden(task, self.ro_binds)
-        return self.run_public(script, task.id, task.public_dir, limits, keep, cancel)
+        return self.run_public(script, task.id, task.public_dir, limits, keep, cancel, task.spec.sources)
 
     def run_public(
         self, script: str, task_id: str, public_dir: Path, limits: RunLimits, keep: bool,
-        cancel: threading.Event | None,
+        cancel: threading.Event | None, sources: tuple[DataSource, ...] = (),
     ) -> ExecutionResult:
         isolation = self.resolve_isolation()
         if isolation.kind == "bwrap" and isolation.as_root:
             require_world_readable(public_dir)
-        return self.execute(script, task_id, public_dir, limits, isolation, keep, cancel)
+        masks = self.masks(isolation, tuple(sources))
+        return self.execute(script, task_id, public_dir, limits, isolation, keep, cancel, masks)
 
     def execute(
         self,
@@ -162,9 +174,10 @@ class Launcher:
         isolation: Isolation,
         keep: bool,
         cancel: threading.Event | None,
+        masks: tuple[str, ...] = (),
     ) -> ExecutionResult:
-        """A fresh workspace, the backend's start, the submission taken out, the workspace
-        removed (or kept and handed back), the result."""
+        """A fresh workspace, the backend's start (its sandbox covering `masks`), the
+        submission taken out, the workspace removed (or kept and handed back), the result."""
         session = self.session()
         run_id = secrets.token_hex(8)
         sandboxed = isolation.kind == "bwrap"
@@ -174,7 +187,7 @@ class Launcher:
             owner=(uid, uid) if uid is not None else None, keep=keep,
         )
         try:
-            watched, fallback_cpu = self._start(ws, run_id, public_dir, limits, isolation, uid, cancel)
+            watched, fallback_cpu = self._start(ws, run_id, public_dir, limits, isolation, uid, cancel, masks)
             submission, refused = take_submission(ws, session.path / "submissions")
         finally:
             if keep:

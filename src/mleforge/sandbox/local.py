@@ -46,7 +46,7 @@ from mleforge.sandbox.limits import RunLimits
 from mleforge.sandbox.process import Watched, kill_group, sweep, tree_memory_kb, watch
 from mleforge.sandbox.result import ExecutionResult
 from mleforge.sandbox.workspace import Workspace
-from mleforge.tasks.spec import Limits
+from mleforge.tasks.spec import DataSource, Limits
 from mleforge.tasks.task import Task
 
 
@@ -100,10 +100,12 @@ class LocalExecutor(BatchRuns):
         *,
         keep: bool = False,
         cancel: threading.Event | None = None,
+        sources: tuple[DataSource, ...] = (),
     ) -> ExecutionResult:
         """`run` with the task's public data given as a folder, for callers that hold
-        no Task (a Ray node has a copy of the public data, and only of it)."""
-        return self.launcher.run_public(script, task_id, public_dir, limits, keep, cancel)
+        no Task (a Ray node has a copy of the public data, and only of it); `sources`:
+        the task's declared ones, hidden with the default set (masks.py)."""
+        return self.launcher.run_public(script, task_id, public_dir, limits, keep, cancel, sources)
 
     def discard(self, result: ExecutionResult) -> None:
         """Delete a run's submission once graded (else it stays until close())."""
@@ -147,13 +149,15 @@ class LocalExecutor(BatchRuns):
         isolation: Isolation,
         uid: int | None,
         cancel: threading.Event | None,
+        masks: tuple[str, ...] = (),
     ) -> tuple[Watched, float]:
         """launch.Start: a bwrap (or the supervisor directly) per run, watched until its
         process tree is gone."""
         status_r, status_w = os.pipe()
         filter_fd = seccomp_fd(isolation)
         try:
-            command, env, cwd = self._command(ws, run_id, public_dir, limits, isolation, uid, status_w, filter_fd)
+            command, env, cwd = self._command(ws, run_id, public_dir, limits, isolation, uid, status_w, filter_fd,
+                                              masks)
         except BaseException:
             for fd in (status_r, status_w, filter_fd):
                 if fd is not None:
@@ -176,6 +180,7 @@ class LocalExecutor(BatchRuns):
         uid: int | None,
         status_fd: int,
         filter_fd: int | None = None,
+        masks: tuple[str, ...] = (),
     ) -> tuple[list[str], dict[str, str], str]:
         sandboxed = isolation.kind == "bwrap"
         python = self.launcher.python
@@ -194,7 +199,7 @@ class LocalExecutor(BatchRuns):
             bwrap=binary, as_root=isolation.as_root, workspace=ws.path,
             public_dir=public_dir, passwd=ws.run_dir / "passwd", group=ws.run_dir / "group",
             ro_binds=self.launcher.ro_binds, shm_mb=max(64, limits.memory_mb // 2),
-            version=bw.bwrap_version(binary), seccomp_fd=filter_fd,
+            version=bw.bwrap_version(binary), seccomp_fd=filter_fd, masks=masks,
         )
         command = [*bw.bwrap_args(plan), "--", *supervisor_command(python, run_id, config)]
         return command, env, str(ws.run_dir)

@@ -45,7 +45,7 @@ from mleforge.sandbox.limits import MIB, RunLimits
 from mleforge.sandbox.result import ExecutionResult
 from mleforge.sandbox.workspace import SUBMISSION_NAME, Session, remove_tree
 from mleforge.tasks.preparation import require_prepared
-from mleforge.tasks.spec import Limits
+from mleforge.tasks.spec import DataSource, Limits
 from mleforge.tasks.task import Task
 
 NODE_SLACK_S = 60.0  # beyond timeout + grace: workspace set-up and clean-up, the result's transfer
@@ -117,7 +117,7 @@ class RayExecutor(BatchRuns):
         # The submission comes back through the object store only up to what the grader reads.
         max_bytes = submission_byte_limit(task.answers_path.stat().st_size)
         stream = remote.remote(script, task.id, data_key, [data_ref], limits.to_dict(), self.requested,
-                               self.base_dir, keep, max_bytes)
+                               self.base_dir, keep, max_bytes, [s.to_dict() for s in task.spec.sources])
         submitted = time.monotonic()
         try:
             if self._next(ray, stream, None, cancel) is None:  # queued until then: not counted
@@ -272,13 +272,16 @@ def _remote_run():
     return _ray().remote(_run_on_node)
 
 
-def _run_on_node(script, task_id, data_key, data_refs, limits, isolation, base_dir, keep, max_bytes):
+def _run_on_node(script, task_id, data_key, data_refs, limits, isolation, base_dir, keep, max_bytes, sources=()):
     """A generator task: first "started" (the driver's clock starts), then the result.
-    A submission over `max_bytes` (what the grader would refuse unread) stays behind."""
+    A submission over `max_bytes` (what the grader would refuse unread) stays behind.
+    `sources`: the task's declared ones (DataSource.to_dict()), hidden on the node too."""
     yield {"event": "started", "pid": os.getpid()}
     public = _node_data(data_key, data_refs[0])
     executor = _node_executor(isolation, base_dir)
-    result = ran = executor.run_public(script, task_id, public, RunLimits.from_dict(limits), keep=keep)
+    declared = tuple(DataSource(s.get("package"), s["path"]) for s in sources)
+    result = ran = executor.run_public(script, task_id, public, RunLimits.from_dict(limits), keep=keep,
+                                       sources=declared)
     submission = None
     if result.submission_path:
         with open(result.submission_path, "rb") as f:

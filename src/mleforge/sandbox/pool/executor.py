@@ -86,7 +86,7 @@ from mleforge.sandbox.pool.client import RUN_ID_SLOT, RunChannel, Zygote, Zygote
 from mleforge.sandbox.process import Spawned, Watched, pid_of_pidfd, sweep, tree_memory_kb, watch
 from mleforge.sandbox.result import ExecutionResult
 from mleforge.sandbox.workspace import Workspace, private_dir
-from mleforge.tasks.spec import Limits
+from mleforge.tasks.spec import DataSource, Limits
 from mleforge.tasks.task import Task
 
 log = logging.getLogger("mleforge.sandbox")
@@ -155,9 +155,10 @@ class PoolExecutor(BatchRuns):
         *,
         keep: bool = False,
         cancel: threading.Event | None = None,
+        sources: tuple[DataSource, ...] = (),
     ) -> ExecutionResult:
         """`run` with the task's public data given as a folder (as the local executor's)."""
-        return self.launcher.run_public(script, task_id, public_dir, limits, keep, cancel)
+        return self.launcher.run_public(script, task_id, public_dir, limits, keep, cancel, sources)
 
     def discard(self, result: ExecutionResult) -> None:
         """Delete a run's submission once graded (else it stays until close())."""
@@ -221,8 +222,8 @@ class PoolExecutor(BatchRuns):
 
     # -- zygotes --------------------------------------------------------------------
 
-    def _acquire(self, public_dir: Path | None, limits: RunLimits, isolation: Isolation) -> Zygote:
-        key = _zygote_key(public_dir, limits.cpus, isolation.kind)
+    def _acquire(self, public_dir: Path | None, limits: RunLimits, isolation: Isolation, masks: tuple[str, ...]) -> Zygote:
+        key = _zygote_key(public_dir, limits.cpus, isolation.kind, masks)
         with self._zygote_lock:
             zygote = self._zygotes.get(key)
             if zygote is not None and not zygote.alive():
@@ -233,7 +234,7 @@ class PoolExecutor(BatchRuns):
                 zygote = None
             if zygote is None:
                 self._evict_idle(self.max_zygotes - 1)
-                zygote = self._start_zygote(key, public_dir, limits.cpus, isolation)
+                zygote = self._start_zygote(key, public_dir, limits.cpus, isolation, masks)
                 self._zygotes[key] = zygote
             self._zygotes.move_to_end(key)
             zygote.users += 1
@@ -258,7 +259,9 @@ class PoolExecutor(BatchRuns):
         for zygote in stopping:
             zygote.close()
 
-    def _start_zygote(self, key: tuple, public_dir: Path | None, cpus: int, isolation: Isolation) -> Zygote:
+    def _start_zygote(
+        self, key: tuple, public_dir: Path | None, cpus: int, isolation: Isolation, masks: tuple[str, ...]
+    ) -> Zygote:
         session = self.launcher.session()
         sandboxed = isolation.kind == "bwrap"
         self._started += 1
@@ -277,7 +280,7 @@ class PoolExecutor(BatchRuns):
                 plan = bw.ZygotePlan(
                     bwrap=isolation.bwrap or "bwrap", as_root=isolation.as_root, session=session.path,
                     kept=session.kept_dir, public_dir=public_dir, passwd=folder / "passwd", group=folder / "group",
-                    ro_binds=self.launcher.ro_binds, seccomp_fd=filter_fd,
+                    ro_binds=self.launcher.ro_binds, seccomp_fd=filter_fd, masks=masks,
                 )
                 command = [*bw.zygote_args(plan), "--", *command]
             except BaseException:
@@ -316,8 +319,10 @@ class PoolExecutor(BatchRuns):
         isolation: Isolation,
         uid: int | None,
         cancel: threading.Event | None,
+        masks: tuple[str, ...] = (),
     ) -> tuple[Watched, float]:
-        """launch.Start: a fork of a warm zygote, watched until its process tree is gone."""
+        """launch.Start: a fork of a warm zygote (whose sandbox covers `masks`, and so every
+        run it forks), watched until its process tree is gone."""
         sandboxed = isolation.kind == "bwrap"
         if sandboxed:
             write_passwd(ws, uid)
@@ -331,7 +336,7 @@ class PoolExecutor(BatchRuns):
         try:
             started = time.monotonic()
             try:
-                zygote, run = self._spawn(ws, run_id, public_dir, limits, isolation, uid, writes)
+                zygote, run = self._spawn(ws, run_id, public_dir, limits, isolation, uid, writes, masks)
             finally:
                 for fd in writes:
                     os.close(fd)  # the run holds them now
@@ -350,10 +355,10 @@ class PoolExecutor(BatchRuns):
             if zygote is not None:
                 self._release(zygote)
 
-    def _spawn(self, ws, run_id, public_dir, limits, isolation, uid, writes) -> tuple[Zygote, RunChannel]:
+    def _spawn(self, ws, run_id, public_dir, limits, isolation, uid, writes, masks) -> tuple[Zygote, RunChannel]:
         """Ask a zygote for the run; a zygote found dead is replaced once."""
         for attempt in (1, 2):
-            zygote = self._acquire(public_dir, limits, isolation)
+            zygote = self._acquire(public_dir, limits, isolation, masks)
             try:
                 request = self._request(ws, run_id, limits, isolation, uid, zygote.ready)
                 return zygote, zygote.spawn(request, tuple(writes))
@@ -418,12 +423,13 @@ class PoolExecutor(BatchRuns):
         return watched, cpu
 
 
-def _zygote_key(public_dir: Path | None, cpus: int, kind: str) -> tuple:
-    """Data re-prepared in place is a new folder (a new inode): a new zygote binds it."""
+def _zygote_key(public_dir: Path | None, cpus: int, kind: str, masks: tuple[str, ...] = ()) -> tuple:
+    """Data re-prepared in place is a new folder (a new inode): a new zygote binds it. Other
+    paths to hide (another task's sources) need another zygote too."""
     if public_dir is None:
-        return (None, cpus, kind)
+        return (None, cpus, kind, masks)
     info = os.stat(public_dir)
-    return (os.path.realpath(public_dir), info.st_ino, info.st_mtime_ns, cpus, kind)
+    return (os.path.realpath(public_dir), info.st_ino, info.st_mtime_ns, cpus, kind, masks)
 
 
 def _tmp_mountpoints(run_tmp: Path, roots: list[str]) -> None:
