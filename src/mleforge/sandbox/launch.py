@@ -239,6 +239,9 @@ def supervisor_config(
         # The script in a Landlock domain of its own: /proc/<pid>/mem of bwrap's pid 1
         # closed to it (see supervisor._landlock_scope).
         "landlock": sandboxed,
+        # Stacked on the sandbox's in the script's process: no keyrings, no new namespaces,
+        # no memfd or System V shared memory (seccomp.run_program_for).
+        "seccomp": seccomp.run_program_for() if sandboxed else None,
     }
 
 
