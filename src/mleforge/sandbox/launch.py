@@ -39,7 +39,7 @@ from mleforge.sandbox.isolation import (
     require_world_readable,
 )
 from mleforge.sandbox.limits import MIB, RunLimits
-from mleforge.sandbox.process import Watched
+from mleforge.sandbox.process import Watched, unlinked_bytes
 from mleforge.sandbox.result import ExecutionResult, killed_by_of
 from mleforge.sandbox.workspace import (
     Session,
@@ -262,11 +262,22 @@ def write_passwd(ws: Workspace, uid: int | None) -> None:
     (ws.run_dir / "group").write_text(group)
 
 
-def over_disk(ws: Workspace, limits: RunLimits) -> bool:
-    """Whether the workspace holds more than the run may write (bytes or entries)."""
+def over_disk(ws: Workspace, limits: RunLimits, pids: Callable[[], list[int]] | None = None) -> bool:
+    """Whether the workspace holds more than the run may write (bytes or entries): what its
+    walk finds, and the files without a name that the run's processes (`pids`) still hold
+    (unlinked while open, O_TMPFILE: see process.unlinked_bytes)."""
     used, entries, uncountable = disk_usage(ws, limits.max_files + 1)
     # What cannot be counted (an unreadable or too deep folder) could hide anything.
-    return uncountable is not None or used > limits.disk_mb * MIB or entries > limits.max_files
+    if uncountable is not None or used > limits.disk_mb * MIB or entries > limits.max_files:
+        return True
+    if pids is None:
+        return False
+    try:
+        device = os.stat(ws.path).st_dev
+    except OSError:
+        return True
+    hidden, complete = unlinked_bytes(pids(), device)
+    return not complete or used + hidden > limits.disk_mb * MIB
 
 
 def run_memory_limit_kb(limits: RunLimits, baseline_kb: int = 0) -> int:
