@@ -70,7 +70,7 @@ def fmt(value: Any) -> str:
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A table whose title, headers and cells print literally (see the module docstring)."""
-    table = Table(title=safe_text(title), show_lines=False)
+    table = Table(title=safe_text(title, style="table.title"), show_lines=False)
     for column in columns:
         table.add_column(safe_text(str(column)))
     for row in rows:
