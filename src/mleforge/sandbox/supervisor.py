@@ -11,7 +11,9 @@ marshalled dict, in hex. It
    RLIMIT_NPROC applies: the kernel exempts uid 0 from it),
 3. sets the rlimits (soft = hard, so the script cannot raise them back),
 4. forks: the child runs the script as `__main__` in this already started
-   interpreter (no second interpreter start), in its own process group,
+   interpreter (no second interpreter start), in its own process group, in a
+   Landlock domain of its own and under the run's seccomp filter (no keyrings,
+   new namespaces or memfd: seccomp.run_program_for), both when sandboxed,
 5. waits for it under the wall-clock timeout, kills whatever it left behind,
    and writes one JSON line to the status pipe: exit status, signal, rusage, and
    why the script's Landlock domain could not be entered, if it could not. While
