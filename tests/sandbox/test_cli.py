@@ -58,3 +58,16 @@ def test_exec_through_the_pool_and_the_cache(capsys, data_root, tmp_path):
 def test_exec_rejects_an_unknown_executor(capsys, data_root):
     with pytest.raises(SystemExit):
         _exec(capsys, data_root, str(HOSTILE / "valid_solution.py"), "--executor", "nope")
+
+
+def test_exec_text_mode_shows_a_scripts_output_without_terminal_control(capsys, data_root, tmp_path):
+    script = tmp_path / "escapes.py"
+    script.write_text(
+        "import sys\n"
+        "print('before\\x1b[2J\\x1b]0;retitled\\x07\\x1b[31m[/x] after\\r\\x9b')\n"
+        "sys.stderr.write('err\\x1b[1A[bold]line\\n')\n"
+    )
+    code, out = _exec(capsys, data_root, str(script), "--isolation", "none")
+    assert code == 0
+    assert "\x1b" not in out.out and "\x9b" not in out.out and "\r" not in out.out
+    assert "before[/x] after" in out.out and "err[bold]line" in out.out

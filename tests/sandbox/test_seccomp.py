@@ -63,3 +63,54 @@ def test_the_descriptor_reads_back_the_program_to_eof():
     finally:
         os.close(fd)
 
+
+
+# -- the run's filter (stacked by the supervisor in the script's process) -------------
+
+
+def _evaluate(program, arch_value: int, nr: int, args=(0,) * 6) -> int:
+    """Run a classic BPF seccomp program over one struct seccomp_data (little-endian)."""
+    args = (*args, *(0,) * (6 - len(args)))
+    data = struct.pack("<iI", nr, arch_value) + struct.pack("<Q", 0) + struct.pack("<6Q", *args)
+    acc, pc = 0, 0
+    while True:
+        code, jt, jf, k = program[pc]
+        if code == 0x20:  # ld [k]
+            acc = struct.unpack_from("<I", data, k)[0]
+            pc += 1
+        elif code in (0x15, 0x35, 0x45):  # jeq, jge, jset
+            taken = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += 1 + (jt if taken else jf)
+        elif code == 0x06:
+            return k
+        else:
+            raise AssertionError(f"unknown instruction {code:#x}")
+
+
+def test_the_run_filter_denies_keyrings_namespaces_and_memfd_and_allows_the_rest():
+    program = seccomp.run_instructions("x86_64")
+    x86 = 0xC000003E
+    eperm, enosys, allow, kill = 0x00050001, 0x00050026, 0x7FFF0000, 0x80000000
+    for nr in (248, 249, 250, 319, 447, 29, 435):  # add_key request_key keyctl memfd_create memfd_secret shmget clone3
+        assert _evaluate(program, x86, nr) == enosys, nr
+    assert _evaluate(program, x86, 308) == eperm  # setns
+    assert _evaluate(program, x86, 272, (0x10000000,)) == eperm  # unshare(CLONE_NEWUSER)
+    assert _evaluate(program, x86, 272, (0x40000000,)) == eperm  # unshare(CLONE_NEWNET)
+    assert _evaluate(program, x86, 272, (0x80,)) == eperm  # unshare(CLONE_NEWTIME)
+    assert _evaluate(program, x86, 272, (0x400,)) == allow  # unshare(CLONE_FILES)
+    assert _evaluate(program, x86, 56, (0x10000000 | 17,)) == eperm  # clone(CLONE_NEWUSER | SIGCHLD)
+    fork_flags = 0x01200000 | 17  # glibc's fork: CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD
+    thread_flags = 0x003D0F00  # pthread_create's clone flags
+    assert _evaluate(program, x86, 56, (fork_flags,)) == allow
+    assert _evaluate(program, x86, 56, (thread_flags,)) == allow
+    for nr in (0, 1, 2, 9, 57, 59, 257):  # read write open mmap fork execve openat
+        assert _evaluate(program, x86, nr) == allow, nr
+    assert _evaluate(program, x86, 0x40000000 | 1) == kill  # the x32 ABI
+    assert _evaluate(program, 0x40000003, 1) == kill  # i386
+
+
+def test_the_run_filter_exists_where_the_sandbox_filter_does():
+    assert seccomp.run_program_for("riscv64") is None
+    for arch in seccomp.ARCHES:
+        assert len(seccomp.run_program_for(arch)) == 8 * len(seccomp.run_instructions(arch))
+        assert set(seccomp.RUN_NUMBERS[arch]) == set(seccomp.RUN_DENIED) | set(seccomp.RUN_FLAG_CHECKED)

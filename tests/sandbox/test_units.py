@@ -197,3 +197,33 @@ def test_bwrap_args_load_the_seccomp_filter_last(tmp_path):
     args = bwrap_args(BwrapPlan(**{**plan.__dict__, "seccomp_fd": 7}))
     assert args[-4:] == ["--remount-ro", "/", "--seccomp", "7"]
     assert "--seccomp" not in bwrap_args(plan)
+
+
+def test_files_without_a_name_count_while_a_process_holds_them(tmp_path):
+    """process.unlinked_bytes: what the workspace walk cannot see, found through /proc."""
+    import mmap
+    import os
+
+    from mleforge.sandbox.process import unlinked_bytes
+
+    device, me = os.stat(tmp_path).st_dev, os.getpid()
+    before, complete = unlinked_bytes([me], device)
+    assert complete
+    opened = open(tmp_path / "opened", "wb")  # noqa: SIM115 - held open on purpose
+    os.unlink(tmp_path / "opened")
+    opened.write(b"\x01" * (3 << 20))
+    opened.flush()
+    fd = os.open(tmp_path / "mapped", os.O_CREAT | os.O_RDWR, 0o600)
+    os.unlink(tmp_path / "mapped")
+    os.write(fd, b"\x02" * (2 << 20))
+    mapping = mmap.mmap(fd, 2 << 20)
+    os.close(fd)  # kept only by the mapping
+    try:
+        (tmp_path / "named").write_bytes(b"\x03" * (4 << 20))  # the walk's: not counted here
+        held, complete = unlinked_bytes([me, me], device)  # a pid twice: each file once
+        assert complete and held - before == 5 << 20
+        assert unlinked_bytes([me], device + 1)[0] == 0  # another file system's files are not ours
+    finally:
+        mapping.close()
+        opened.close()
+    assert unlinked_bytes([me], device)[0] == before

@@ -11,7 +11,14 @@ from mleforge.cli.options import (
     executor_options,
     task_registry,
 )
-from mleforge.cli.output import REPORT_COLUMNS, err_console, print_json, print_table, report_row
+from mleforge.cli.output import (
+    REPORT_COLUMNS,
+    err_console,
+    print_json,
+    print_table,
+    report_row,
+    safe_text,
+)
 from mleforge.errors import MleforgeError
 
 
@@ -35,7 +42,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_exec(args: argparse.Namespace) -> int:
     """Run one script in a task's sandbox; grade its submission here, outside the sandbox."""
     from rich.panel import Panel
-    from rich.text import Text
 
     from mleforge.cli.output import console
     from mleforge.grading.grader import grade
@@ -65,11 +71,12 @@ def cmd_exec(args: argparse.Namespace) -> int:
     print_table(f"execution of {script_path} on {task.id} (run {result.run_id})", ["field", "value"],
                 [[name, getattr(result, name)] for name in fields])
     for warning in result.warnings:
-        err_console.print(Text(f"warning: {warning}", style="bold red"))
-    # Text, not markup: the script's output must not be able to style (or hide) anything.
+        err_console.print(safe_text(f"warning: {warning}", style="bold red"))
+    # Text, not markup, without control characters: the script's output must not be able to
+    # style, hide or rewrite anything, nor drive the terminal.
     for name in ("stdout", "stderr"):
         if getattr(result, name):
-            console.print(Panel(Text(getattr(result, name)[-4000:]), title=f"{name} (tail)"))
+            console.print(Panel(safe_text(getattr(result, name)[-4000:]), title=f"{name} (tail)"))
     if report is None:
         console.print("no submission/submission.csv was written: nothing to grade", highlight=False)
     else:

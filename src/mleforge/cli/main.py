@@ -45,8 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     except MleforgeError as exc:
         from rich.markup import escape
 
-        # escaped: a message's "pip install 'mleforge[fast]'" is text, not a rich style tag
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        from mleforge.cli.output import terminal_safe
+
+        # escaped: a message's "pip install 'mleforge[fast]'" is text, not a rich style tag; and
+        # terminal-safe: a sandbox error quotes what a script wrote to stderr
+        err_console.print(f"[bold red]error:[/] {escape(terminal_safe(str(exc)))}", highlight=False)
         return 2
 
 

@@ -1,14 +1,43 @@
-"""Printing: rich tables for people, `--json` for scripts (the same content)."""
+"""Printing: rich tables for people, `--json` for scripts (the same content).
+
+Whatever a script wrote (its output, a file name, a submission's header in a
+reason) reaches the terminal only through `terminal_safe` and as rich `Text`,
+never as markup: it can neither drive the terminal (escape sequences that move
+the cursor, retitle the window, rewrite what was printed) nor style, hide or
+break what we print (`[/x]` raises rich's MarkupError as markup).
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+# Escape sequences whole (CSI, OSC and the string commands DCS/SOS/PM/APC up to their
+# terminator or the end, two-character ESC ones), then every other control character:
+# C0 but newline and tab, DEL, and C1 (0x9b is an 8-bit CSI).
+_CONTROL = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]?"
+    r"|\x1b[\]PX^_][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b[ -~]?"
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+)
+
+
+def terminal_safe(text: str) -> str:
+    """`text` without terminal escape sequences or control characters (newlines and tabs kept)."""
+    return _CONTROL.sub("", text)
+
+
+def safe_text(text: str, **style: Any) -> Text:
+    """`text` as rich Text (no markup), made terminal_safe."""
+    return Text(terminal_safe(text), **style)
 
 
 def _console(stderr: bool = False) -> Console:
@@ -40,11 +69,12 @@ def fmt(value: Any) -> str:
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    table = Table(title=title, show_lines=False)
+    """A table whose title, headers and cells print literally (see the module docstring)."""
+    table = Table(title=safe_text(title, style="table.title"), show_lines=False)
     for column in columns:
-        table.add_column(column)
+        table.add_column(safe_text(str(column)))
     for row in rows:
-        table.add_row(*(fmt(v) for v in row))
+        table.add_row(*(safe_text(fmt(v)) for v in row))
     console.print(table)
 
 

@@ -7,7 +7,8 @@ Inside the sandbox the script sees:
     /etc/passwd, /etc/group   made for the run (the sandbox user's home is /workspace/working)
     <python prefixes>         the interpreter and its environment, read-only, at their own paths
     /proc                     a new procfs: only the sandbox's own processes
-    /dev                      null, zero, random, urandom, tty...; /dev/shm a small private tmpfs
+    /dev                      null, zero, random, urandom, tty... (read-only); /dev/shm a small
+                              private tmpfs (counted with the run's memory)
     /workspace                the workspace, writable (cwd)
     /workspace/input          the task's public data, read-only
     /tmp                      the workspace's tmp/ (private, counted against disk_mb)
@@ -18,7 +19,8 @@ and not the data tasks are built from nor mleforge's own package, though they li
 in the interpreter's site-packages: each is covered (`mask_args`, masks.py).
 Namespaces: new pid, network (loopback only, no route out), ipc, uts and cgroup
 ones; the root of the tree is read-only. A seccomp filter (seccomp.py) denies
-ptrace and process_vm_readv/writev to everything inside.
+ptrace and process_vm_readv/writev to everything inside; the supervisor stacks the
+run's own on it for the script (no keyrings, new namespaces or memfd).
 
 Two ways to run it, picked by who we are:
 
@@ -176,6 +178,7 @@ def bwrap_args(plan: BwrapPlan) -> list[str]:
         args += ["--perms", "1777", "--size", str(plan.shm_mb << 20), "--tmpfs", "/dev/shm"]
     else:  # no size for a tmpfs: the workspace's tmp/ instead, counted against disk_mb
         args += ["--bind", str(plan.workspace / "tmp"), "/dev/shm"]
+    args += DEV_READ_ONLY
     args += ["--bind", str(plan.workspace), SANDBOX_WORKSPACE]
     if plan.public_dir is not None:
         args += ["--ro-bind", str(plan.public_dir), f"{SANDBOX_WORKSPACE}/input"]
@@ -211,6 +214,9 @@ def seccomp_args(fd: int | None) -> list[str]:
     return [] if fd is None else ["--seccomp", str(fd)]
 
 
+# bwrap's /dev is a tmpfs of no size limit, the sandbox user's own as anyone but root (and,
+# under the warm pool, the same for every run): read-only, /dev/shm (a mount of its own) aside.
+DEV_READ_ONLY = ("--remount-ro", "/dev")
 _NAMESPACES = ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try")
 
 
@@ -279,7 +285,7 @@ def zygote_args(plan: ZygotePlan) -> list[str]:
     else:
         args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     args += system_args(plan.ro_binds, plan.passwd, plan.group)
-    args += ["--tmpfs", "/dev/shm", "--dir", "/tmp", "--dir", SANDBOX_WORKSPACE]
+    args += ["--tmpfs", "/dev/shm", *DEV_READ_ONLY, "--dir", "/tmp", "--dir", SANDBOX_WORKSPACE]
     args += ["--bind", str(plan.session), f"{ZYGOTE_ROOT}/session", "--bind", str(plan.kept), f"{ZYGOTE_ROOT}/kept"]
     if plan.public_dir is not None:
         args += ["--ro-bind", str(plan.public_dir), f"{ZYGOTE_ROOT}/input"]

@@ -41,7 +41,7 @@ from mleforge.sandbox.isolation import (
 )
 from mleforge.sandbox.limits import MIB, RunLimits
 from mleforge.sandbox.masks import hidden_paths
-from mleforge.sandbox.process import Watched
+from mleforge.sandbox.process import Watched, unlinked_bytes
 from mleforge.sandbox.result import ExecutionResult, killed_by_of
 from mleforge.sandbox.workspace import (
     Session,
@@ -252,6 +252,9 @@ def supervisor_config(
         # The script in a Landlock domain of its own: /proc/<pid>/mem of bwrap's pid 1
         # closed to it (see supervisor._landlock_scope).
         "landlock": sandboxed,
+        # Stacked on the sandbox's in the script's process: no keyrings, no new namespaces,
+        # no memfd or System V shared memory (seccomp.run_program_for).
+        "seccomp": seccomp.run_program_for() if sandboxed else None,
     }
 
 
@@ -272,11 +275,22 @@ def write_passwd(ws: Workspace, uid: int | None) -> None:
     (ws.run_dir / "group").write_text(group)
 
 
-def over_disk(ws: Workspace, limits: RunLimits) -> bool:
-    """Whether the workspace holds more than the run may write (bytes or entries)."""
+def over_disk(ws: Workspace, limits: RunLimits, pids: Callable[[], list[int]] | None = None) -> bool:
+    """Whether the workspace holds more than the run may write (bytes or entries): what its
+    walk finds, and the files without a name that the run's processes (`pids`) still hold
+    (unlinked while open, O_TMPFILE: see process.unlinked_bytes)."""
     used, entries, uncountable = disk_usage(ws, limits.max_files + 1)
     # What cannot be counted (an unreadable or too deep folder) could hide anything.
-    return uncountable is not None or used > limits.disk_mb * MIB or entries > limits.max_files
+    if uncountable is not None or used > limits.disk_mb * MIB or entries > limits.max_files:
+        return True
+    if pids is None:
+        return False
+    try:
+        device = os.stat(ws.path).st_dev
+    except OSError:
+        return True
+    hidden, complete = unlinked_bytes(pids(), device)
+    return not complete or used + hidden > limits.disk_mb * MIB
 
 
 def run_memory_limit_kb(limits: RunLimits, baseline_kb: int = 0) -> int:

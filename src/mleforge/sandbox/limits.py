@@ -20,6 +20,29 @@ class RunLimits:
     really allocates); address space (RLIMIT_AS) gets generous headroom because
     thread stacks, BLAS arenas and allocator reservations count there without
     being used.
+
+    Both limits bind the whole run, not one process, the same as root and as any
+    user (no cgroup needed; the one machine this was built on has cgroup v1, where
+    root may make a memory cgroup and a user may not, and cgroup v2 delegation is
+    rare for users). The executor polls every half second (process.py) and kills a
+    run over either, reported as killed_by "memory" or "disk":
+
+    - memory: the proportional set size of all the run's processes (shared pages
+      counted once across them) plus what its private /dev/shm holds (a tmpfs of
+      its own, whose pages no resident set shows); memory_mb + 128 MiB of slack for
+      the interpreters. What no poll could see is refused in the sandbox (the run's
+      seccomp filter, seccomp.py): memfd_create and System V shared memory. /dev
+      itself is read-only.
+    - disk: every file and folder the workspace walk finds (the workspace, /tmp in
+      the sandbox), plus the files on its file system that no name reaches but a
+      process of the run holds open or mapped (unlinked while open, O_TMPFILE).
+
+    What is left: a descriptor in flight in a unix socket (SCM_RIGHTS) is held by no
+    process, so an unlinked file kept only that way is not counted (at most
+    RLIMIT_NOFILE such files, each at most file_size_mb); pipe and socket buffers
+    are bounded only by the kernel's per-user limits; and between two polls a run
+    may pass a limit for half a second. Unisolated runs (isolation "none") get the
+    polls but not the filter, and share the host's /dev/shm, which is not counted.
     """
 
     timeout_s: float = 600.0

@@ -43,7 +43,7 @@ from mleforge.sandbox.launch import (
     write_passwd,
 )
 from mleforge.sandbox.limits import RunLimits
-from mleforge.sandbox.process import Watched, kill_group, sweep, tree_memory_kb, watch
+from mleforge.sandbox.process import Watched, kill_group, sweep, tree_memory_kb, tree_pids, watch
 from mleforge.sandbox.result import ExecutionResult
 from mleforge.sandbox.workspace import Workspace
 from mleforge.tasks.spec import DataSource, Limits
@@ -242,10 +242,11 @@ def _watch(
 
     def over_memory() -> bool:
         # memory_mb binds each process (RLIMIT_DATA) and, here, the whole run together.
-        return tree_memory_kb(proc.pid) > run_memory_limit_kb(limits)
+        return tree_memory_kb(proc.pid, private_shm=isolation.kind == "bwrap") > run_memory_limit_kb(limits)
 
+    disk = functools.partial(over_disk, ws, limits, functools.partial(tree_pids, proc.pid))
     try:
-        return watch(proc, status_r, limits, started, over_disk=functools.partial(over_disk, ws, limits),
+        return watch(proc, status_r, limits, started, over_disk=disk,
                      kill=kill, cancel=cancel, over_memory=over_memory)
     except BaseException:  # our bug or a KeyboardInterrupt: the run must not outlive it
         kill(True)

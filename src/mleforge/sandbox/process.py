@@ -8,6 +8,7 @@ import json
 import os
 import selectors
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -315,9 +316,92 @@ def memory_kb(pid: int) -> int:
         return 0
 
 
-def tree_memory_kb(root: int) -> int:
-    """The memory of a whole run: every process below `root`, summed (see memory_kb)."""
-    return sum(memory_kb(pid) for pid in tree_pids(root))
+def tree_memory_kb(root: int, private_shm: bool = False) -> int:
+    """The memory of a whole run: every process below `root`, summed (see memory_kb), and with
+    `private_shm` what the run's own /dev/shm holds (see shm_kb)."""
+    pids = tree_pids(root)
+    return sum(memory_kb(pid) for pid in pids) + (shm_kb(pids) if private_shm else 0)
+
+
+def shm_kb(pids: list[int]) -> int:
+    """What the run's private /dev/shm holds: a tmpfs, whose pages are in no process's
+    resident set until mapped (a file written and closed there is memory all the same).
+    Read through /proc/<pid>/root of the first of `pids` in another mount namespace than
+    ours (the sandbox's); 0 where none is (an unisolated run shares the host's /dev/shm).
+    Pages both in /dev/shm and mapped by a process count twice: the limit errs strict."""
+    try:
+        own = os.stat("/proc/self/ns/mnt").st_ino
+    except OSError:
+        return 0
+    for pid in pids:
+        try:
+            if os.stat(f"/proc/{pid}/ns/mnt").st_ino == own:
+                continue
+            fs = os.statvfs(f"/proc/{pid}/root/dev/shm")
+        except OSError:
+            continue
+        return (fs.f_blocks - fs.f_bfree) * fs.f_frsize // 1024
+    return 0
+
+
+# Descriptors looked at per disk check at most: past this the run's unnamed files cannot be
+# counted, which the executors treat as over the limit (nofile bounds each process at 1024).
+HIDDEN_SCAN_MAX = 16384
+
+
+def unlinked_bytes(pids: list[int], device: int) -> tuple[int, bool]:
+    """(Bytes of the regular files on `device` that no name reaches any more but a process of
+    the run still holds, whether every descriptor was looked at.)
+
+    A file unlinked while open (or made with O_TMPFILE) keeps its blocks until its last
+    descriptor and mapping are gone, and a walk of the workspace never sees it. Found through
+    each process's open descriptors (/proc/PID/fd) and its mappings of deleted files
+    (/proc/PID/maps). A mapping's file is measured through /proc/PID/map_files where we may
+    (root), else by the mapping's length. Not seen: a descriptor in flight in a unix socket
+    (SCM_RIGHTS), at most RLIMIT_NOFILE of them, each at most RLIMIT_FSIZE."""
+    sizes: dict[int, int] = {}
+    looked = 0
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            fds = []
+        looked += len(fds)
+        if looked > HIDDEN_SCAN_MAX:
+            return sum(sizes.values()), False
+        for fd in fds:
+            try:
+                info = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if info.st_nlink == 0 and info.st_dev == device and stat.S_ISREG(info.st_mode):
+                sizes[info.st_ino] = info.st_blocks * 512
+        for inode, size in _deleted_mappings(pid, device):
+            sizes[inode] = max(size, sizes.get(inode, 0))
+    return sum(sizes.values()), True
+
+
+def _deleted_mappings(pid: int, device: int) -> list[tuple[int, int]]:
+    """(inode, bytes) of the deleted files on `device` that `pid` maps."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            lines = [line for line in f if line.endswith(b" (deleted)\n")]
+    except OSError:
+        return []
+    wanted = f"{os.major(device):02x}:{os.minor(device):02x}".encode()
+    found = []
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or fields[3] != wanted:
+            continue
+        span = fields[0].decode()
+        start, end = (int(v, 16) for v in span.split("-"))
+        try:
+            size = os.stat(f"/proc/{pid}/map_files/{span}").st_blocks * 512
+        except OSError:
+            size = end - start
+        found.append((int(fields[4]), size))
+    return found
 
 
 def pid_of_pidfd(fd: int) -> int | None:

@@ -25,6 +25,23 @@ offset 4), given to bwrap as raw `struct sock_filter` entries on a descriptor
 A machine whose architecture is not known here gets no filter (`program_for`
 returns None, and the isolation record says so): a filter for the wrong
 architecture would kill every process at its first call.
+
+A second filter, the run's (`run_program_for`), is stacked on it by the supervisor
+in the script's own process, after the namespaces of the run are made (the warm
+pool's zygote and shims need unshare; the script must not): it keeps kernel state
+that outlives a run, or that no limit counts, out of the script's reach:
+
+- the keyring calls (add_key, request_key, keyctl): ENOSYS, as on a kernel without
+  keys. Every process shares its session and user keyrings with the executor and
+  with later runs (a secret read, a key left for the next rollout);
+- new namespaces: unshare and clone with any CLONE_NEW* flag, and setns: EPERM.
+  clone3 (whose flags sit in memory a filter cannot read): ENOSYS, so that glibc
+  falls back to clone, whose flags it can. As root a run could otherwise make a
+  user namespace and hold every capability in it (a user's runs cannot already:
+  bwrap's --disable-userns, the pool's max_user_namespaces = 0);
+- memory outside every resident set: memfd_create and memfd_secret (ENOSYS), and
+  System V shared memory segments (shmget: ENOSYS). The run's /dev/shm is a
+  size-limited tmpfs, counted by the executor with the run's memory.
 """
 
 from __future__ import annotations
@@ -51,7 +68,29 @@ ARCHES = {
     "aarch64": (0xC00000B7, {"ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271}),
 }
 DENIED = ("ptrace", "process_vm_readv", "process_vm_writev")
-SUMMARY = "ptrace denied"  # what the isolation record says when the filter is on
+SUMMARY = "ptrace denied"
+# The run's filter (see the module docstring): name -> the errno the call fails with.
+RUN_DENIED = {
+    "add_key": errno.ENOSYS, "request_key": errno.ENOSYS, "keyctl": errno.ENOSYS,
+    "memfd_create": errno.ENOSYS, "memfd_secret": errno.ENOSYS, "shmget": errno.ENOSYS,
+    "clone3": errno.ENOSYS, "setns": errno.EPERM,
+}
+# name -> (index of the flags argument, flags refused with EPERM)
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWTIME = 0x10000000, 0x20000000, 0x40000000, 0x00000080
+NEW_NAMESPACES = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET
+RUN_FLAG_CHECKED = {
+    "unshare": (0, NEW_NAMESPACES | CLONE_NEWTIME),
+    "clone": (0, NEW_NAMESPACES),  # not CLONE_NEWTIME: in clone's flags that bit is the exit signal's
+}
+RUN_NUMBERS = {
+    "x86_64": {"add_key": 248, "request_key": 249, "keyctl": 250, "memfd_create": 319, "memfd_secret": 447,
+               "shmget": 29, "clone3": 435, "setns": 308, "unshare": 272, "clone": 56},
+    "aarch64": {"add_key": 217, "request_key": 218, "keyctl": 219, "memfd_create": 279, "memfd_secret": 447,
+                "shmget": 194, "clone3": 435, "setns": 268, "unshare": 97, "clone": 220},
+}
+BPF_JSET_K = 0x45  # BPF_JMP | BPF_JSET | BPF_K
+OFFSET_ARGS = 16  # in struct seccomp_data: u64 args[6]; the low word first (little-endian machines)  # what the isolation record says when the filter is on
 
 Instruction = tuple[int, int, int, int]  # (code, jt, jf, k)
 
@@ -79,6 +118,49 @@ def instructions(arch: str) -> list[Instruction]:
         (BPF_RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS),
     ]
     return program
+
+
+def run_instructions(arch: str) -> list[Instruction]:
+    """The run's filter for `arch` (see the module docstring):
+
+        ld [arch]; jeq AUDIT_ARCH ? next : KILL
+        ld [nr];   jge X32 ? KILL : next
+        jeq <denied nr> ? ERRNO(its errno) : next          one per RUN_DENIED
+        jeq <flagged nr> ? next : past the three below     one block per RUN_FLAG_CHECKED
+          ld [args[i] low word]; jset flags ? EPERM : next; ld [nr]
+        ret ALLOW; ret ERRNO|EPERM; ret ERRNO|ENOSYS; ret KILL_PROCESS
+    """
+    audit_arch, numbers = ARCHES[arch][0], RUN_NUMBERS[arch]
+    # The returns, by label; a jump names a label, or skips a count of instructions (an int).
+    returns = {"allow": SECCOMP_RET_ALLOW, "EPERM": SECCOMP_RET_ERRNO | errno.EPERM,
+               "ENOSYS": SECCOMP_RET_ERRNO | errno.ENOSYS, "kill": SECCOMP_RET_KILL_PROCESS}
+    body: list[tuple[int, str | int, str | int, int]] = [
+        (BPF_LD_W_ABS, 0, 0, OFFSET_ARCH),
+        (BPF_JEQ_K, 0, "kill", audit_arch),
+        (BPF_LD_W_ABS, 0, 0, OFFSET_NR),
+        (BPF_JGE_K, "kill", 0, X32_SYSCALL_BIT),
+    ]
+    body += [(BPF_JEQ_K, errno.errorcode[RUN_DENIED[name]], 0, numbers[name]) for name in RUN_DENIED]
+    for name, (index, flags) in RUN_FLAG_CHECKED.items():
+        body += [
+            (BPF_JEQ_K, 0, 3, numbers[name]),  # not this call: past the three below
+            (BPF_LD_W_ABS, 0, 0, OFFSET_ARGS + 8 * index),
+            (BPF_JSET_K, "EPERM", 0, flags),
+            (BPF_LD_W_ABS, 0, 0, OFFSET_NR),
+        ]
+    at = {label: len(body) + i for i, label in enumerate(returns)}
+
+    def jump(pc: int, where: str | int) -> int:
+        return where if isinstance(where, int) else at[where] - pc - 1
+
+    program = [(code, jump(pc, jt), jump(pc, jf), k) for pc, (code, jt, jf, k) in enumerate(body)]
+    return program + [(BPF_RET_K, 0, 0, value) for value in returns.values()]
+
+
+def run_program_for(arch: str | None = None) -> bytes | None:
+    """The run's filter's bytes for this machine (or `arch`), None where unknown (as program_for)."""
+    arch = arch or machine_arch()
+    return encode(run_instructions(arch)) if arch in RUN_NUMBERS else None
 
 
 def encode(program: list[Instruction]) -> bytes:

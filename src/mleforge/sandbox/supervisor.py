@@ -11,7 +11,9 @@ marshalled dict, in hex. It
    RLIMIT_NPROC applies: the kernel exempts uid 0 from it),
 3. sets the rlimits (soft = hard, so the script cannot raise them back),
 4. forks: the child runs the script as `__main__` in this already started
-   interpreter (no second interpreter start), in its own process group,
+   interpreter (no second interpreter start), in its own process group, in a
+   Landlock domain of its own and under the run's seccomp filter (no keyrings,
+   new namespaces or memfd: seccomp.run_program_for), both when sandboxed,
 5. waits for it under the wall-clock timeout, kills whatever it left behind,
    and writes one JSON line to the status pipe: exit status, signal, rusage, and
    why the script's Landlock domain could not be entered, if it could not. While
@@ -276,6 +278,27 @@ def _landlock_report(report_fd: int) -> str | None:
     return data.decode(errors="replace") or None
 
 
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+
+
+def _enter_run_filter(program: bytes) -> None:
+    """In the forked child, after Landlock: stack the run's seccomp filter (seccomp.run_program_for:
+    no keyrings, no new namespaces, no memfd) on the sandbox's. It fails closed: a script
+    that cannot be put under it does not run (the run ends with status 70 and says why)."""
+    import ctypes
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    prog = SockFprog(len(program) // 8, program)
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or \
+            libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        os.write(2, f"sandbox: the run's seccomp filter could not be installed: "
+                    f"{os.strerror(ctypes.get_errno())}\n".encode())
+        os._exit(70)
+
+
 def _run_script(script: str, status_fd: int, pdeathsig: bool, warm: bool = False, supervisor: int = 0) -> None:
     """In the forked child: become the script. Never returns."""
     os.close(status_fd)
@@ -431,6 +454,8 @@ def _spawn_script(cfg: dict, status_fd: int) -> tuple:
         if report_w is not None:
             os.close(report_r)
             _enter_landlock(report_w)
+        if cfg.get("seccomp"):
+            _enter_run_filter(cfg["seccomp"])
         _run_script(cfg["script"], status_fd, bool(cfg.get("pdeathsig")), bool(cfg.get("warm")), supervisor)
     _SCRIPT.append(child)
     if report_w is not None:

@@ -83,7 +83,15 @@ from mleforge.sandbox.launch import (
 )
 from mleforge.sandbox.limits import RunLimits
 from mleforge.sandbox.pool.client import RUN_ID_SLOT, RunChannel, Zygote, ZygoteGone, zygote_command
-from mleforge.sandbox.process import Spawned, Watched, pid_of_pidfd, sweep, tree_memory_kb, watch
+from mleforge.sandbox.process import (
+    Spawned,
+    Watched,
+    pid_of_pidfd,
+    sweep,
+    tree_memory_kb,
+    tree_pids,
+    watch,
+)
 from mleforge.sandbox.result import ExecutionResult
 from mleforge.sandbox.workspace import Workspace, private_dir
 from mleforge.tasks.spec import DataSource, Limits
@@ -406,11 +414,15 @@ class PoolExecutor(BatchRuns):
         baseline = int(ready.get("rss_kb", 0))  # the zygote's pages every run starts with
 
         def over_memory() -> bool:
-            return child is not None and tree_memory_kb(child) > run_memory_limit_kb(limits, baseline)
+            return child is not None and tree_memory_kb(child, private_shm=sandboxed) > run_memory_limit_kb(
+                limits, baseline)
+
+        def pids() -> list[int]:
+            return [] if child is None else tree_pids(child)
 
         spawned = Spawned(reads[0], reads[1], run.exited, run.fileno)
         try:
-            watched = watch(spawned, reads[2], limits, started, over_disk=functools.partial(over_disk, ws, limits),
+            watched = watch(spawned, reads[2], limits, started, over_disk=functools.partial(over_disk, ws, limits, pids),
                             kill=kill, cancel=cancel, over_memory=over_memory)
         except BaseException:  # our bug or a KeyboardInterrupt: the run must not outlive it
             kill(True)

@@ -1,0 +1,28 @@
+"""What the CLI prints of text it did not write: literally, without markup or terminal control."""
+
+from __future__ import annotations
+
+from mleforge.cli.output import print_table, terminal_safe
+
+
+def test_a_column_and_cells_that_look_like_markup_print_literally(capsys):
+    print_table("[bold]title[/]", ["[/x]", "value"], [["[/x]", "[red]not red[/red]"], ["[link=x]y", None]])
+    out = capsys.readouterr().out
+    for literal in ("[/x]", "[red]not red[/red]", "[link=x]y", "[bold]title[/]"):
+        assert literal in out
+
+
+def test_escape_sequences_and_control_characters_are_stripped():
+    hostile = ("a\x1b[31mred\x1b[0m b\x1b]0;retitled\x07 c\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ "
+               "d\x1b[2J\x1b[H e\rover\x08\x07 f\x9b31m g\x1bPdcs\x1b\\ h\x1b7\x1b8 i\x00\x7f")
+    safe = terminal_safe(hostile)
+    assert "\x1b" not in safe and "\x9b" not in safe and "\r" not in safe
+    assert all(ch in "\n\t" or (ord(ch) >= 0x20 and not 0x7F <= ord(ch) <= 0x9F) for ch in safe)
+    assert safe == "ared b clink d eover f31m g h i"
+    assert terminal_safe("rows\tcols\nnext line ünïcödé") == "rows\tcols\nnext line ünïcödé"
+
+
+def test_print_table_strips_control_characters_from_cells(capsys):
+    print_table("t", ["a\x1b[31m"], [["x\x1b]0;pwned\x07y"]])
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "xy" in out
