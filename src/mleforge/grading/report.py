@@ -47,6 +47,9 @@ class GradeReport:
     part: str = "private"
     public_score: float | None = None
     feedback: str | None = None
+    # Set when the grader itself failed on this submission (the exception's type and
+    # message): the submission is invalid, but a grader's bug must not pass for its fault.
+    grader_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
