@@ -18,6 +18,12 @@ are scored. For `mlebench:` ids the final grade stays MLE-bench's own grade on a
 numbers compare with published ones ("private" is "full" there), and "public" is a seeded
 subset of the answers' rows given to the competition's grade function.
 
+Grading is total: `grade` turns every submission into a report, whatever its bytes (their
+shape is checked before pandas parses them: `grading.submission.SubmissionBounds`). A
+failure of the grader itself on a submission (a `GraderError`, or any exception of pandas',
+scikit-learn's or a grade function's) makes an invalid report whose `grader_error` names
+the exception, logged as a warning: never an exception out of `grade`, never a score.
+
 Every score is rounded as MLE-bench rounds it: `round(score, 5)` on the value the grade
 function returned, so an `np.float64` rounds by numpy's rule (0.934375 -> 0.93438) and a
 Python float by Python's (0.934375 -> 0.93437).

@@ -289,9 +289,11 @@ def read_csv_like_mlebench(path: str | Path) -> pd.DataFrame:
 def _id_key(series: pd.Series) -> pd.Series:
     """Ids compared by value: integral numbers as ints (so 7 and 7.0 match), else as text."""
     numeric = pd.to_numeric(series, errors="coerce")
-    if numeric.notna().all() and np.all(np.isfinite(numeric)) and np.all(numeric == np.round(numeric)):
+    if (numeric.notna().all() and np.all(np.isfinite(numeric)) and np.all(numeric == np.round(numeric))
+            and np.all(np.abs(numeric) < 2.0**63)):
         return numeric.astype("int64").astype(str)
-    return series.astype(str).str.strip()
+    # Plain str of each (a missing id is "nan", not a float left among strings).
+    return pd.Series([str(v).strip() for v in series], index=series.index, dtype=object)
 
 
 def check_columns(submission: pd.DataFrame, expected: tuple[str, ...]) -> None:
@@ -383,12 +385,14 @@ def _labels(pred: pd.Series, truth: pd.Series, name: str, ids: pd.Series, intege
         values = _numeric(pred, name, ids)
         expected = truth.to_numpy(dtype=float)
         # Integer answers take integer labels (scikit-learn refuses a mix of classes and
-        # continuous values): a probability such as 0.5 is not a label.
-        if (integer or np.all(expected == np.round(expected))) and not np.all(values == np.round(values)):
-            raise InvalidSubmission(
-                f"column {name} must hold integer labels like the answers (not probabilities); "
-                f"found e.g. {_examples(values[values != np.round(values)])}"
-            )
+        # continuous values, and takes an integer past 2^53 for a continuous one).
+        if integer or np.all(expected == np.round(expected)):
+            bad = (values != np.round(values)) | (np.abs(values) > 2.0**53)
+            if bad.any():
+                raise InvalidSubmission(
+                    f"column {name} must hold integer labels like the answers (not probabilities); "
+                    f"found e.g. {_examples(values[bad])}"
+                )
         return expected, values
     return truth.astype(str).to_numpy(), pred.astype(str).str.strip().to_numpy()
 
