@@ -43,7 +43,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mleforge.errors import ConfigError, GraderError, InvalidSubmission, TaskSpecError
+from mleforge.errors import (
+    ConfigError,
+    GraderError,
+    InvalidSubmission,
+    MleforgeError,
+    TaskSpecError,
+)
 from mleforge.grading.medals import rank_score
 from mleforge.grading.metrics import get_metric, undefined_reason
 from mleforge.grading.report import GradeReport
@@ -388,13 +394,20 @@ def grade(task: Task, submission_path: str | Path, part: str = "private",
     except InvalidSubmission as exc:
         score, public, reason = None, None, exc.reason
     except Exception as exc:
-        # A grader's failure on this submission (the task's grade function's, scikit-learn's,
-        # pandas'): the submission cannot be scored, so it is invalid, but the report says it
-        # was the grader (`grader_error`), and the log says so loudly.
-        error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}"
-        score, public, reason = None, None, f"the grader failed on this submission ({error})"
-        logger.warning("grading %s of %s failed: %s", path, task.id, error, exc_info=True)
+        if isinstance(exc, MleforgeError) and not isinstance(exc, GraderError):
+            raise  # the task's or the set-up's (a grader that cannot load): no submission's
+        score, public = None, None
+        reason, error = _grader_failed(task, path, exc)
     return _report(task, path, score, reason, reported_part(task, part), public, feedback, error)
+
+
+def _grader_failed(task: Task, path: Path, exc: Exception) -> tuple[str, str]:
+    """(reason, grader_error) of a grader's failure on this submission (the task's grade
+    function's, scikit-learn's, pandas'): the submission cannot be scored, so it is invalid,
+    but the report says it was the grader (`grader_error`), and the log says so loudly."""
+    error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}"
+    logger.warning("grading %s of %s failed: %s", path, task.id, error, exc_info=exc)
+    return f"the grader failed on this submission ({error})", error
 
 
 def _public_or_none(task: Task, submission: pd.DataFrame) -> float | None:
