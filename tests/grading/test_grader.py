@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 
 import pandas as pd
@@ -122,6 +123,9 @@ def test_aggregate_by_hand():
     assert (agg["total_medals"], agg["total_gold_medals"], agg["total_bronze_medals"]) == (2, 1, 1)
     assert agg["total_above_median"] == 2 and agg["any_medal_rate"] == 0.5
     assert agg["valid_submission_rate"] == 0.75
+    assert agg["total_grader_errors"] == 0
+    failed = dataclasses.replace(report(None, valid=False), grader_error="ValueError: boom")
+    assert aggregate_reports([*reports, failed])["total_grader_errors"] == 1
     assert agg["mean_normalized_score"] == pytest.approx((1.0 + 0.5 + 0 + 0.8) / 4)
     assert agg["mean_normalized_score_valid"] == pytest.approx((1.0 + 0.5 + 0.8) / 3)
 
