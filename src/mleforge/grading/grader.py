@@ -76,6 +76,7 @@ logger = logging.getLogger(__name__)
 _answers_cache: dict[tuple[str, int, int], Any] = {}
 _anchor_cache: dict[tuple[tuple[str, int, int], str], float | None] = {}
 _mask_cache: dict[tuple[Any, ...], np.ndarray] = {}
+_bounds_cache: dict[tuple[Any, ...], SubmissionBounds] = {}
 _cache_lock = threading.Lock()
 
 
@@ -119,12 +120,20 @@ def load_answers(task: Task) -> Any:
 
 def submission_bounds(task: Task) -> SubmissionBounds:
     """What a submission of `task` may be before it is parsed: its size relative to the
-    answers file, its header, its number of lines (MLE-bench's grade functions decide
-    rows themselves: no line bound there)."""
+    answers file, its header, its number of lines, the length and fields of each line
+    (MLE-bench's grade functions decide rows themselves: size and header line only there)."""
     if task.kind == "mlebench":
         # MLE-bench's grader decides columns (extra ones reach it) and rows itself: size only.
         return SubmissionBounds.for_answers(task.answers_path, None, None)
-    return SubmissionBounds.for_answers(task.answers_path, task.spec.submission.columns, len(load_answers(task)))
+    key = (_file_key(task.answers_path), task.spec.submission.columns)
+    with _cache_lock:
+        cached = _bounds_cache.get(key)
+    if cached is None:  # the answers' longest line is read once per file version
+        cached = SubmissionBounds.for_answers(task.answers_path, task.spec.submission.columns,
+                                              len(load_answers(task)))
+        with _cache_lock:
+            _bounds_cache[key] = cached
+    return cached
 
 
 

@@ -241,7 +241,8 @@ def watch(
 ) -> Watched:
     """Read everything until the process is gone; kill it on a limit. `kill(thorough)`
     must end every process of the run (`thorough`: the supervisor may not have).
-    `over_disk` and `over_memory` are asked every DISK_CHECK_S."""
+    `over_disk` and `over_memory` are asked every DISK_CHECK_S, or less often when they
+    are slow (see DISK_CHECK_BACKOFF)."""
     spawned = proc if isinstance(proc, Spawned) else Spawned.of_popen(proc)
     out = CappedCapture(limits.output_head_bytes, limits.output_tail_bytes)
     err = CappedCapture(limits.output_head_bytes, limits.output_tail_bytes)
