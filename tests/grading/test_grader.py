@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 
 import pandas as pd
 import pytest
 
 from mleforge.errors import GraderError
-from mleforge.grading.grader import grade
+from mleforge.grading.grader import grade, score_frame
 from mleforge.grading.report import GradeReport, aggregate_reports
 from mleforge.tasks.preparation import prepare
 from mleforge.tasks.registry import TaskRegistry
@@ -61,8 +62,16 @@ def test_custom_grade_function(custom, tmp_path):
 def test_custom_invalid_and_bug(custom, tmp_path):
     report = grade(custom, submit(tmp_path, [0, 2, 0, 0]))
     assert not report.valid_submission and report.invalid_reason == "labels must be 0 or 1"
-    with pytest.raises(GraderError, match="ZeroDivisionError"):
-        grade(custom, submit(tmp_path, [0, -1, 0, 0]))
+    # A grader's bug raises out of nothing (issue 31: grading is total), but it does not pass
+    # for the submission's fault: the report names it, in its own field.
+    bug = grade(custom, submit(tmp_path, [0, -1, 0, 0]))
+    assert not bug.valid_submission and bug.score is None
+    assert bug.grader_error == "GraderError: the grade function of tiny (grade:grade) failed: " \
+        "ZeroDivisionError: division by zero"
+    assert "the grader failed" in bug.invalid_reason and "ZeroDivisionError" in bug.invalid_reason
+    assert report.grader_error is None
+    with pytest.raises(GraderError, match="ZeroDivisionError"):  # score_frame still raises it
+        score_frame(custom, pd.DataFrame({"id": [5, 6, 7, 8], "y": [0, -1, 0, 0]}), "full")
 
 
 def test_no_negative_zero_or_float_noise_in_a_report(tmp_path):
@@ -114,6 +123,9 @@ def test_aggregate_by_hand():
     assert (agg["total_medals"], agg["total_gold_medals"], agg["total_bronze_medals"]) == (2, 1, 1)
     assert agg["total_above_median"] == 2 and agg["any_medal_rate"] == 0.5
     assert agg["valid_submission_rate"] == 0.75
+    assert agg["total_grader_errors"] == 0
+    failed = dataclasses.replace(report(None, valid=False), grader_error="ValueError: boom")
+    assert aggregate_reports([*reports, failed])["total_grader_errors"] == 1
     assert agg["mean_normalized_score"] == pytest.approx((1.0 + 0.5 + 0 + 0.8) / 4)
     assert agg["mean_normalized_score_valid"] == pytest.approx((1.0 + 0.5 + 0.8) / 3)
 

@@ -132,7 +132,15 @@ def test_valid_needs_its_inputs():
     with pytest.raises(ValueError, match="needs reference, scale"):
         compute_reward("valid", score=0.8)
     with pytest.raises(ValueError, match="finite"):
-        compute_reward("valid", score=float("nan"), reference=0.8, scale=0.1)
+        compute_reward("valid", score=0.8, reference=float("nan"), scale=0.1)
+
+
+@pytest.mark.parametrize("score", [float("nan"), float("inf"), -float("inf"), None, "0.9", True])
+def test_a_valid_case_without_a_finite_score_earns_the_invalid_reward(score):
+    # What a grade report can hold (an mlebench: grader's valid nan) is never refused (issue 31).
+    config = RewardConfig()
+    r = compute_reward("valid", score=score, reference=0.8, scale=0.1, config=config)
+    assert r.case == "invalid_submission" and r.total == config.failure_reward("invalid_submission")
     with pytest.raises(ValueError, match="case must be"):
         compute_reward("crashed")
 

@@ -73,3 +73,73 @@ def test_an_honest_submission_still_grades(canary, tmp_path):
     answers.to_csv(path, index=False, float_format="%.17g")
     report = grade(canary, path)
     assert report.valid_submission and report.score == 0.0
+
+
+def test_a_row_of_half_a_million_fields_is_refused_from_its_length(canary, tmp_path):
+    # pandas made a 533k-level index of this (issue 31: a minute of CPU, 1.1 GB); the line's
+    # length refuses it before pandas sees it.
+    path = tmp_path / "submission.csv"
+    path.write_bytes(b"id,y\n" + b"1," * 500_000)  # under the canary's size cap
+    bounds = submission_bounds(canary)
+    report = grade(canary, path)
+    assert not report.valid_submission and report.grader_error is None
+    assert report.invalid_reason == (
+        f"line 2 of submission.csv is longer than {bounds.line_bytes} bytes; "
+        "write one row per test id with the columns id,y"
+    )
+
+
+def test_lines_break_as_pandas_breaks_them_and_fields_are_counted(tmp_path):
+    bounds = SubmissionBounds(max_bytes=1 << 20, columns=("id", "y"), rows=2, line_bytes=64)
+    cases = {
+        "id,y\n1,1,1\n2,2\n": "line 2 of submission.csv has 3 fields; expected 2 (id,y)",
+        "id,y\n1," + "9" * 100 + "\n": "line 2 of submission.csv is longer than 64 bytes",
+        "id,y\r" + "1,1\r" * 30: "more than 22 lines",
+        "id,Surv\rived\n1,1\n": "missing column(s) y",  # pandas' header is "Id,Surv"
+    }
+    for text, reason in cases.items():
+        path = tmp_path / "submission.csv"
+        path.write_text(text, encoding="utf-8", newline="")
+        with pytest.raises(InvalidSubmission, match=reason.replace("(", r"\(").replace(")", r"\)")):
+            check_bounds(path, bounds)
+    for fine in ("id,y\r1,1\r2,2\r", "id,y\r\n1,1\r\n2,2", 'id,y\n1,"1,5"\n2,2\n', "id,y\n1,1\n2,2\n\n"):
+        path.write_text(fine, encoding="utf-8", newline="")
+        check_bounds(path, bounds)
+
+
+READ_ONLY_SUBMISSION = """
+import os, shutil
+shutil.copy("input/sample_submission.csv", "submission/submission.csv")
+os.chmod("submission/submission.csv", 0o{file_mode:o})
+os.chmod("submission", 0o{dir_mode:o})
+"""
+
+
+@pytest.mark.parametrize("dir_mode,file_mode", [(0o500, 0o644), (0o000, 0o000), (0o300, 0o200)])
+def test_a_submission_folder_the_script_closed_is_taken_or_refused_never_raised(dir_mode, file_mode, canary, tmp_path):
+    # As a user (tests/sandbox/test_unprivileged.py runs this file so), chmod 0500 submission/
+    # made the executor's rename raise PermissionError (issue 31); as root nothing is closed.
+    from mleforge.sandbox import RunLimits, make_executor
+
+    script = READ_ONLY_SUBMISSION.format(dir_mode=dir_mode, file_mode=file_mode)
+    with make_executor("local", isolation="none", base_dir=tmp_path / "ws") as executor:
+        result = executor.run(script, canary, RunLimits.of(None, canary.spec.limits))
+        assert result.returncode == 0, result.stderr
+        # The parent owns what the run wrote: it opens the folder again and takes the file.
+        assert result.submission_path is not None, result.warnings
+        report = grade(canary, result.submission_path)
+    assert report.valid_submission and report.grader_error is None, report.invalid_reason
+
+
+def test_a_submission_the_grader_cannot_read_is_invalid_with_its_reason(canary, tmp_path):
+    path = tmp_path / "submission.csv"
+    path.write_text("id,y\n")
+    path.chmod(0)
+    try:
+        path.read_bytes()
+        pytest.skip("root reads a file of mode 0; tests/sandbox/test_submission_as_user.py covers it")
+    except PermissionError:
+        pass
+    report = grade(canary, path)
+    assert not report.valid_submission and report.grader_error is None
+    assert report.invalid_reason.startswith("submission.csv cannot be read (PermissionError: Permission denied)")

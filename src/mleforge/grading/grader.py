@@ -18,6 +18,12 @@ are scored. For `mlebench:` ids the final grade stays MLE-bench's own grade on a
 numbers compare with published ones ("private" is "full" there), and "public" is a seeded
 subset of the answers' rows given to the competition's grade function.
 
+Grading is total: `grade` turns every submission into a report, whatever its bytes (their
+shape is checked before pandas parses them: `grading.submission.SubmissionBounds`). A
+failure of the grader itself on a submission (a `GraderError`, or any exception of pandas',
+scikit-learn's or a grade function's) makes an invalid report whose `grader_error` names
+the exception, logged as a warning: never an exception out of `grade`, never a score.
+
 Every score is rounded as MLE-bench rounds it: `round(score, 5)` on the value the grade
 function returned, so an `np.float64` rounds by numpy's rule (0.934375 -> 0.93438) and a
 Python float by Python's (0.934375 -> 0.93437).
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 import threading
 from datetime import datetime
@@ -36,7 +43,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mleforge.errors import ConfigError, GraderError, InvalidSubmission, TaskSpecError
+from mleforge.errors import (
+    ConfigError,
+    GraderError,
+    InvalidSubmission,
+    MleforgeError,
+    TaskSpecError,
+)
 from mleforge.grading.medals import rank_score
 from mleforge.grading.metrics import get_metric, undefined_reason
 from mleforge.grading.report import GradeReport
@@ -58,9 +71,12 @@ SCORE_DECIMALS = 5
 # compare and free of float noise such as 0.5801350000000001.
 NORMALIZED_DECIMALS = 6
 
+logger = logging.getLogger(__name__)
+
 _answers_cache: dict[tuple[str, int, int], Any] = {}
 _anchor_cache: dict[tuple[tuple[str, int, int], str], float | None] = {}
 _mask_cache: dict[tuple[Any, ...], np.ndarray] = {}
+_bounds_cache: dict[tuple[Any, ...], SubmissionBounds] = {}
 _cache_lock = threading.Lock()
 
 
@@ -104,12 +120,20 @@ def load_answers(task: Task) -> Any:
 
 def submission_bounds(task: Task) -> SubmissionBounds:
     """What a submission of `task` may be before it is parsed: its size relative to the
-    answers file, its header, its number of lines (MLE-bench's grade functions decide
-    rows themselves: no line bound there)."""
+    answers file, its header, its number of lines, the length and fields of each line
+    (MLE-bench's grade functions decide rows themselves: size and header line only there)."""
     if task.kind == "mlebench":
         # MLE-bench's grader decides columns (extra ones reach it) and rows itself: size only.
         return SubmissionBounds.for_answers(task.answers_path, None, None)
-    return SubmissionBounds.for_answers(task.answers_path, task.spec.submission.columns, len(load_answers(task)))
+    key = (_file_key(task.answers_path), task.spec.submission.columns)
+    with _cache_lock:
+        cached = _bounds_cache.get(key)
+    if cached is None:  # the answers' longest line is read once per file version
+        cached = SubmissionBounds.for_answers(task.answers_path, task.spec.submission.columns,
+                                              len(load_answers(task)))
+        with _cache_lock:
+            _bounds_cache[key] = cached
+    return cached
 
 
 
@@ -172,13 +196,9 @@ def score_frame(task: Task, submission: pd.DataFrame, part: str = "private") -> 
         y_true, y_pred = prepare_for_metric(submission, answers, fmt.id_column, fmt.target_columns, metric)
         if rows is not None:
             y_true, y_pred = _take(y_true, rows), _take(y_pred, rows)
-        try:
-            score = metric(y_true, y_pred)
-        except ValueError as exc:
-            # The submission passed every check: what is left is the answers' problem.
-            raise GraderError(f"metric {metric.name} cannot score task {task.id}: {exc}") from exc
-        if _is_nan(score):
-            raise InvalidSubmission(undefined_reason(metric, y_true, y_pred))
+        if metric.kind == "ranking":
+            y_true, y_pred = _by_id(answers[fmt.id_column], rows, y_true, y_pred)
+        score = _call_metric(task, metric, y_true, y_pred)
     else:
         check_columns(submission, fmt.columns)
         if len(submission) != len(answers):
@@ -192,10 +212,39 @@ def score_frame(task: Task, submission: pd.DataFrame, part: str = "private") -> 
     return clean_float(mlebench_round(score))
 
 
+def _by_id(ids: pd.Series, rows: np.ndarray | None, y_true: list, y_pred: list) -> tuple[list, list]:
+    """Ranking inputs in the order MLE-bench's MAP@k graders sum them: sorted by id
+    (`sort_values` on the answers' id column), not in the answers' order."""
+    if rows is not None:
+        ids = ids[rows]
+    order = ids.reset_index(drop=True).sort_values().index
+    return [y_true[i] for i in order], [y_pred[i] for i in order]
+
+
+def _call_metric(task: Task, metric: Any, y_true: Any, y_pred: Any) -> Any:
+    """A named metric on validated inputs: nan (undefined) or an overflow to inf makes the
+    submission invalid; an exception of the metric's (the submission passed every check)
+    is a GraderError, which `grade` reports as such."""
+    try:
+        with np.errstate(all="ignore"):  # an overflow is reported below, not warned about
+            score = metric(y_true, y_pred)
+    except Exception as exc:
+        raise GraderError(f"metric {metric.name} cannot score task {task.id}: {type(exc).__name__}: {exc}") from exc
+    if _is_nan(score):
+        raise InvalidSubmission(undefined_reason(metric, y_true, y_pred))
+    if not math.isfinite(score):
+        raise InvalidSubmission(
+            f"{metric.name} of these predictions is {score} (it overflowed): predictions must be "
+            "finite numbers on the scale of the target"
+        )
+    return score
+
+
 def _call_task_grade(task: Task, submission: pd.DataFrame, answers: pd.DataFrame) -> Any:
-    """A built-in or folder task's own grade function: its InvalidSubmissionError makes the
-    submission invalid; any other exception, or a score that is not a finite number, is a
-    bug of the grade function."""
+    """A built-in or folder task's own grade function: its InvalidSubmissionError, or a
+    score of inf or nan, makes the submission invalid; any other exception, or a score that
+    is not a number, is a bug of the grade function (a GraderError, which `grade` reports
+    as such)."""
     grade_fn = task.grade_callable
     try:
         score = grade_fn(submission, answers)
@@ -208,8 +257,13 @@ def _call_task_grade(task: Task, submission: pd.DataFrame, answers: pd.DataFrame
             f"the grade function of {task.id} ({task.spec.grade_fn}) failed: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-    if score is None or not np.isfinite(float(score)):
-        raise GraderError(f"the grade function of {task.id} returned {score!r}, not a finite number")
+    try:
+        value = float(score)
+    except (TypeError, ValueError):
+        raise GraderError(f"the grade function of {task.id} returned {score!r:.80}, not a number") from None
+    if not math.isfinite(value):
+        # A number all the same: the submission's values made it so (1e200 squared).
+        raise InvalidSubmission(f"the grade function of {task.id} scored this submission {value}, not a finite number")
     return score
 
 
@@ -308,6 +362,14 @@ def _normalized(task: Task, score: float | None, leaderboard: pd.Series, part: s
     return clean_float(round((score - anchor) / (best - anchor), NORMALIZED_DECIMALS))
 
 
+def _is_csv_file(path: Path) -> bool:
+    """Is there a .csv file at `path`? False too when a folder on the way cannot be read."""
+    try:
+        return path.is_file() and path.suffix.lower() == ".csv"
+    except OSError:
+        return False
+
+
 def report_id(task: Task) -> str:
     """The report's `competition_id`: MLE-bench's bare id for `mlebench:` tasks, else the task id."""
     from mleforge.tasks.mlebench import PREFIX
@@ -322,22 +384,39 @@ def reported_part(task: Task, part: str) -> str:
 
 def grade(task: Task, submission_path: str | Path, part: str = "private",
           feedback: str | None = None) -> GradeReport:
-    """Grade a submission file on `part` of the answers: invalid submissions get a report
-    with their reason. `public_score` is the public part's score beside it; `feedback` is
+    """Grade a submission file on `part` of the answers: every submission gets a report,
+    valid with a finite score (or an `mlebench:` grader's nan) or invalid with its reason;
+    nothing the submission holds raises out of here. `public_score` is the public part's score beside it; `feedback` is
     the protocol of the run that made the submission ("public", "none"), for the record."""
     _check_part(part)
     require_prepared(task)
     path = Path(submission_path)
+    bounds = submission_bounds(task)
     score: float | None = None
     public: float | None = None
     reason: str | None = None
+    error: str | None = None
     try:
-        submission = read_submission(path, submission_bounds(task))
+        submission = read_submission(path, bounds)
         score = score_frame(task, submission, part)
         public = score if part == "public" else _public_or_none(task, submission)
     except InvalidSubmission as exc:
-        reason = exc.reason
-    return _report(task, path, score, reason, reported_part(task, part), public, feedback)
+        score, public, reason = None, None, exc.reason
+    except Exception as exc:
+        if isinstance(exc, MleforgeError) and not isinstance(exc, GraderError):
+            raise  # the task's or the set-up's (a grader that cannot load): no submission's
+        score, public = None, None
+        reason, error = _grader_failed(task, path, exc)
+    return _report(task, path, score, reason, reported_part(task, part), public, feedback, error)
+
+
+def _grader_failed(task: Task, path: Path, exc: Exception) -> tuple[str, str]:
+    """(reason, grader_error) of a grader's failure on this submission (the task's grade
+    function's, scikit-learn's, pandas'): the submission cannot be scored, so it is invalid,
+    but the report says it was the grader (`grader_error`), and the log says so loudly."""
+    error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}"
+    logger.warning("grading %s of %s failed: %s", path, task.id, error, exc_info=exc)
+    return f"the grader failed on this submission ({error})", error
 
 
 def _public_or_none(task: Task, submission: pd.DataFrame) -> float | None:
@@ -360,9 +439,9 @@ def no_submission_report(task: Task, submission_path: str | Path, reason: str,
 
 
 def _report(task: Task, path: Path, score: float | None, reason: str | None, part: str,
-            public_score: float | None, feedback: str | None) -> GradeReport:
+            public_score: float | None, feedback: str | None, grader_error: str | None = None) -> GradeReport:
     scores = task.leaderboard()["score"]
-    exists = path.is_file() and path.suffix.lower() == ".csv"
+    exists = _is_csv_file(path)
     # MLE-bench reads thresholds at positions of its leaderboard file as it stands.
     rank = rank_score(score, scores.to_numpy(dtype=float), task.is_lower_better,
                       presorted=task.kind == "mlebench")
@@ -389,4 +468,5 @@ def _report(task: Task, path: Path, score: float | None, reason: str | None, par
         part=part,
         public_score=public_score,
         feedback=feedback,
+        grader_error=grader_error,
     )

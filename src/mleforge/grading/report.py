@@ -47,6 +47,9 @@ class GradeReport:
     part: str = "private"
     public_score: float | None = None
     feedback: str | None = None
+    # Set when the grader itself failed on this submission (the exception's type and
+    # message): the submission is invalid, but a grader's bug must not pass for its fault.
+    grader_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -88,6 +91,8 @@ def aggregate_reports(reports: Iterable[GradeReport]) -> dict[str, Any]:
         "total_silver_medals": total("silver_medal"),
         "total_bronze_medals": total("bronze_medal"),
         "total_above_median": total("above_median"),
+        # Invalid because the grader failed, not the submission: a bug to look into.
+        "total_grader_errors": sum(r.grader_error is not None for r in reports),
         "valid_submission_rate": total("valid_submission") / n if n else 0.0,
         "above_median_rate": total("above_median") / n if n else 0.0,
         "any_medal_rate": medals / n if n else 0.0,

@@ -37,19 +37,25 @@ def submission_byte_limit(answers_bytes: int) -> int:
 @dataclass(frozen=True)
 class SubmissionBounds:
     """What is checked before pandas sees a submission, with bounded memory and time:
-    its size, its header (from a bounded first line) and its number of lines.
+    its size, its header (from a bounded first line), its number of lines, the length of
+    each line and the fields of each unquoted line.
 
     A hostile file must not cost the grading parent gigabytes or minutes: 100k columns,
-    100k duplicate names (quadratic in pandas' renaming) or one endless line are all
-    refused from the bytes, not parsed."""
+    100k duplicate names (quadratic in pandas' renaming), one endless line, or a row of
+    500k fields (pandas makes an index level of each extra field) are all refused from
+    the bytes, not parsed. Lines break where pandas breaks them: at \\r\\n, \\r or \\n."""
 
     max_bytes: int
     columns: tuple[str, ...] | None = None  # the expected header, in any order
     rows: int | None = None  # the expected number of data rows
+    line_bytes: int | None = None  # the longest data line read (None: the size cap only)
 
     @classmethod
     def for_answers(cls, answers_path: Path, columns: tuple[str, ...] | None, rows: int | None) -> SubmissionBounds:
-        return cls(submission_byte_limit(answers_path.stat().st_size), columns, rows)
+        line_bytes = None
+        if columns is not None:
+            line_bytes = LINE_FACTOR * longest_line(answers_path) + LINE_FIELD_BYTES * len(columns) + LINE_MARGIN
+        return cls(submission_byte_limit(answers_path.stat().st_size), columns, rows, line_bytes)
 
     @property
     def max_header_bytes(self) -> int:
@@ -64,34 +70,135 @@ class SubmissionBounds:
         return None if self.rows is None else 2 * (self.rows + 1) + 16
 
 
+# A data line may be this many times the answers' longest line, plus this much per
+# column and a margin: predictions written with 17 digits, or k labels where the answers
+# hold one, fit; a line of 500k fields does not.
+LINE_FACTOR = 4
+LINE_FIELD_BYTES = 64
+LINE_MARGIN = 1024
+
+
+def longest_line(path: Path) -> int:
+    """The length of the longest line of a (small, trusted) answers file, in bytes."""
+    longest, run = 0, 0
+    with open(path, "rb") as f:
+        while chunk := f.read(SCAN_CHUNK):
+            pieces = chunk.replace(b"\r", b"\n").split(b"\n")
+            if len(pieces) == 1:
+                run += len(pieces[0])
+                continue
+            longest = max(longest, run + len(pieces[0]), *map(len, pieces[1:-1]))
+            run = len(pieces[-1])
+    return max(longest, run)
+
+
 def check_bounds(path: Path, bounds: SubmissionBounds) -> None:
-    """Refuse a submission that breaks `bounds`, reading at most one bounded line and then
-    counting newlines in fixed chunks (see SubmissionBounds)."""
+    """Refuse a submission that breaks `bounds`, reading it once in fixed chunks: a
+    bounded header line, then the lines counted, measured and (unquoted ones) their
+    fields counted (see SubmissionBounds)."""
     size = path.stat().st_size
     if size > bounds.max_bytes:
         raise InvalidSubmission(
             f"{path.name} is {size} bytes, over the {bounds.max_bytes}-byte limit for this task "
             f"({SIZE_FACTOR}x the answers file plus {SIZE_MARGIN >> 20} MiB); write one row per test id"
         )
+    scan = _LineScan(path.name, bounds)
     with open(path, "rb") as f:
-        first = f.readline(bounds.max_header_bytes + 1)
-        if len(first) > bounds.max_header_bytes or (not first.endswith(b"\n") and f.read(1)):
+        while not scan.done and (chunk := f.read(SCAN_CHUNK)):
+            scan.feed(chunk)
+    scan.end()
+
+
+class _LineScan:
+    """The checks of `check_bounds`, fed one chunk at a time. Line breaks are normalized
+    to \\n first (a \\r that ends a chunk waits for the next one: it may start a \\r\\n),
+    then the chunk's breaks are counted before its lines are looked at one by one, so a
+    file of a million short lines is refused in one count."""
+
+    def __init__(self, name: str, bounds: SubmissionBounds):
+        self.name, self.bounds = name, bounds
+        self.lines = 0  # complete lines seen
+        self.partial = bytearray()  # the line under way, never longer than its bound
+        self.pending_cr = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self.pending_cr:
+            chunk = b"\r" + chunk
+        self.pending_cr = chunk.endswith(b"\r")
+        if self.pending_cr:
+            chunk = chunk[:-1]
+        text = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if self.lines == 0:  # the header first: a wrong one is the reason to give
+            head, found, text = text.partition(b"\n")
+            self._grow(head)
+            if not found:
+                return
+            self._line(bytes(self.partial))
+            self.partial.clear()
+            if self.done:
+                return
+        breaks = text.count(b"\n")
+        limit = self.bounds.max_lines
+        if limit is not None and self.lines + breaks > limit:
             raise InvalidSubmission(
-                f"the first line of {path.name} is longer than {bounds.max_header_bytes} bytes; "
-                + (f"the header must be: {','.join(bounds.columns)}" if bounds.columns else "it must be the header")
+                f"{self.name} has more than {limit} lines; expected a header and {self.bounds.rows} rows "
+                "(one per test id)"
             )
-        if bounds.columns is not None:
-            _check_header(path.name, first, bounds.columns)
-        limit = bounds.max_lines
-        if limit is not None:
-            lines = 1
-            while chunk := f.read(SCAN_CHUNK):
-                lines += chunk.count(b"\n")
-                if lines > limit:
-                    raise InvalidSubmission(
-                        f"{path.name} has more than {limit} lines; expected a header and {bounds.rows} rows "
-                        "(one per test id)"
-                    )
+        pieces = text.split(b"\n")
+        for piece in pieces[:-1]:
+            self._line(bytes(self.partial) + piece if self.partial else piece)
+            self.partial.clear()
+        self._grow(pieces[-1])
+
+    @property
+    def done(self) -> bool:
+        """Past the header with nothing left to check (an `mlebench:` task's bounds)."""
+        return self.lines > 0 and self.bounds.max_lines is None and self.bounds.line_bytes is None
+
+    def end(self) -> None:
+        if self.done:
+            return
+        if self.pending_cr:
+            self.pending_cr = False
+            self.feed(b"\n")
+        if self.partial or self.lines == 0:
+            self._line(bytes(self.partial))
+
+    def _grow(self, piece: bytes) -> None:
+        if len(self.partial) + len(piece) > self._line_limit():
+            self._too_long()
+        self.partial += piece
+
+    def _line_limit(self) -> int:
+        if self.lines == 0:
+            return self.bounds.max_header_bytes
+        return self.bounds.line_bytes if self.bounds.line_bytes is not None else self.bounds.max_bytes
+
+    def _too_long(self) -> None:
+        if self.lines == 0:
+            raise InvalidSubmission(
+                f"the first line of {self.name} is longer than {self.bounds.max_header_bytes} bytes; "
+                + (f"the header must be: {','.join(self.bounds.columns)}" if self.bounds.columns
+                   else "it must be the header")
+            )
+        raise InvalidSubmission(
+            f"line {self.lines + 1} of {self.name} is longer than {self._line_limit()} bytes; "
+            f"write one row per test id with the columns {','.join(self.bounds.columns or ())}"
+        )
+
+    def _line(self, line: bytes) -> None:
+        if len(line) > self._line_limit():
+            self._too_long()
+        columns = self.bounds.columns
+        if columns is not None:
+            if self.lines == 0:
+                _check_header(self.name, line, columns)
+            elif line.count(b",") >= len(columns) and b'"' not in line:
+                raise InvalidSubmission(
+                    f"line {self.lines + 1} of {self.name} has {line.count(b',') + 1} fields; "
+                    f"expected {len(columns)} ({','.join(columns)})"
+                )
+        self.lines += 1
 
 
 def _check_header(name: str, first: bytes, expected: tuple[str, ...]) -> None:
@@ -99,7 +206,10 @@ def _check_header(name: str, first: bytes, expected: tuple[str, ...]) -> None:
         text = first.decode("utf-8").lstrip("\ufeff")
     except UnicodeDecodeError as exc:
         raise InvalidSubmission(f"the header of {name} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    rows = list(csv.reader([text.rstrip("\r\n")]))
+    try:
+        rows = list(csv.reader([text]))
+    except csv.Error as exc:
+        raise InvalidSubmission(f"the header of {name} is not a CSV line ({exc}); it must be: {','.join(expected)}") from None
     found = [c.strip() for c in rows[0]] if rows else []
     header = ",".join(expected)
     if len(found) != len(set(found)):
@@ -122,8 +232,25 @@ def _examples(values: Any, limit: int = 3) -> str:
 
 def read_submission(path: str | Path, bounds: SubmissionBounds | None = None) -> pd.DataFrame:
     """Read a submission CSV, or raise `InvalidSubmission` saying why it cannot be read.
-    `bounds` (the grader's, from the answers) are checked before pandas parses it."""
+    `bounds` (the grader's, from the answers) are checked before pandas parses it.
+
+    Whatever reading it raises (a file the script made unreadable, an error of pandas' or
+    of the csv module) is the submission's: its reason names the exception."""
     path = Path(path)
+    try:
+        return _read_checked(path, bounds)
+    except InvalidSubmission:
+        raise
+    except OSError as exc:
+        raise InvalidSubmission(
+            f"{path.name} cannot be read ({type(exc).__name__}: {exc.strerror or exc}); "
+            "write a regular file the grader can read"
+        ) from None
+    except Exception as exc:  # pandas' and csv's own errors on malformed text
+        raise InvalidSubmission(f"{path.name} is not a valid CSV ({type(exc).__name__}: {_one_line(exc)})") from None
+
+
+def _read_checked(path: Path, bounds: SubmissionBounds | None) -> pd.DataFrame:
     if not path.exists():
         raise InvalidSubmission(f"no submission file at {path}; write your predictions there")
     if not path.is_file():
@@ -147,6 +274,12 @@ def read_submission(path: str | Path, bounds: SubmissionBounds | None = None) ->
         raise InvalidSubmission(f"{path.name} is not a valid CSV: {str(exc).strip()}") from None
 
 
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message on one line, cut to `limit` characters."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def read_csv_like_mlebench(path: str | Path) -> pd.DataFrame:
     """pandas' CSV reader with MLE-bench's option: `round_trip` parses every float to the double
     that prints back as the same text (the default parser can be one unit in the last place off)."""
@@ -156,9 +289,11 @@ def read_csv_like_mlebench(path: str | Path) -> pd.DataFrame:
 def _id_key(series: pd.Series) -> pd.Series:
     """Ids compared by value: integral numbers as ints (so 7 and 7.0 match), else as text."""
     numeric = pd.to_numeric(series, errors="coerce")
-    if numeric.notna().all() and np.all(np.isfinite(numeric)) and np.all(numeric == np.round(numeric)):
+    if (numeric.notna().all() and np.all(np.isfinite(numeric)) and np.all(numeric == np.round(numeric))
+            and np.all(np.abs(numeric) < 2.0**63)):
         return numeric.astype("int64").astype(str)
-    return series.astype(str).str.strip()
+    # Plain str of each (a missing id is "nan", not a float left among strings).
+    return pd.Series([str(v).strip() for v in series], index=series.index, dtype=object)
 
 
 def check_columns(submission: pd.DataFrame, expected: tuple[str, ...]) -> None:
@@ -248,9 +383,17 @@ def _labels(pred: pd.Series, truth: pd.Series, name: str, ids: pd.Series, intege
     _missing_check(pred, name, ids)
     if integer or pd.api.types.is_numeric_dtype(truth):
         values = _numeric(pred, name, ids)
-        if integer and not np.all(values == np.round(values)):
-            raise InvalidSubmission(f"column {name} must hold integer labels; found e.g. {_examples(values[values != np.round(values)])}")
-        return truth.to_numpy(dtype=float), values
+        expected = truth.to_numpy(dtype=float)
+        # Integer answers take integer labels (scikit-learn refuses a mix of classes and
+        # continuous values, and takes an integer past 2^53 for a continuous one).
+        if integer or np.all(expected == np.round(expected)):
+            bad = (values != np.round(values)) | (np.abs(values) > 2.0**53)
+            if bad.any():
+                raise InvalidSubmission(
+                    f"column {name} must hold integer labels like the answers (not probabilities); "
+                    f"found e.g. {_examples(values[bad])}"
+                )
+        return expected, values
     return truth.astype(str).to_numpy(), pred.astype(str).str.strip().to_numpy()
 
 
@@ -279,10 +422,12 @@ def prepare_for_metric(
         return truth.to_numpy(dtype=float), _probabilities(pred, target, ids)
     if kind == "number":
         values = _numeric(pred, target, ids)
-        if metric.name == "rmsle" and (values < 0).any():
+        # log1p is defined above -1: MLE-bench's graders (scikit-learn's RMSLE) score
+        # predictions in (-1, 0) and refuse the rest.
+        if metric.name == "rmsle" and (values <= -1).any():
             raise InvalidSubmission(
-                f"{int((values < 0).sum())} predictions in column {target} are negative; "
-                "RMSLE needs predictions >= 0"
+                f"{int((values <= -1).sum())} predictions in column {target} are <= -1; "
+                "RMSLE needs predictions > -1 (it takes log(1 + x))"
             )
         return truth.to_numpy(dtype=float), values
     if kind == "label":

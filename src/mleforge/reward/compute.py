@@ -69,6 +69,10 @@ def _finite(name: str, value: Any) -> float:
     return float(value)
 
 
+def _is_finite_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def valid_reward(
     score: float,
     reference: float,
@@ -126,7 +130,8 @@ def compute_reward(
     """The reward of one action whose outcome is `case` (see `classify_outcome`).
 
     For `valid`, `score`, `reference` (see `reference_score`) and `scale` (see
-    `task_scale`) are required; for the other cases they are ignored.
+    `task_scale`) are required; for the other cases they are ignored. A `valid` case
+    whose score is missing or not a finite number is rewarded as `invalid_submission`.
     """
     config = config or RewardConfig()
     if case not in CASES:
@@ -135,7 +140,11 @@ def compute_reward(
         return format_error_reward(config)
     if case != "valid":
         return failure_reward(case, config)
-    missing = [n for n, v in (("score", score), ("reference", reference), ("scale", scale)) if v is None]
+    if not _is_finite_number(score):
+        # A grade report's score is finite when valid; a nan (an `mlebench:` grader's valid
+        # nan) or anything else earns what an invalid submission earns, never an exception.
+        return failure_reward("invalid_submission", config)
+    missing = [n for n, v in (("reference", reference), ("scale", scale)) if v is None]
     if missing:
         raise ValueError(f"a valid outcome needs {', '.join(missing)} to be rewarded")
     return valid_reward(

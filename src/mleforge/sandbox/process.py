@@ -20,6 +20,12 @@ from mleforge.sandbox.output import CappedCapture
 
 CHUNK = 1 << 16
 DISK_CHECK_S = 0.5
+# The next disk and memory check waits at least this many times as long as the last one
+# took: a run that leaves 99k files (a walk of a quarter second) is checked every few
+# seconds, so the checks cost the parent at most 1/(1 + DISK_CHECK_BACKOFF) of the run's
+# time however many files it makes (the walk itself stops at max_files entries); a normal
+# run's check takes a millisecond and keeps the DISK_CHECK_S period.
+DISK_CHECK_BACKOFF = 20
 CANCEL_POLL_S = 0.1
 POLL_S = 0.05  # only without pidfd (kernels before 5.3)
 DRAIN_S = 1.0  # reading what is left in the pipes after the process ended
@@ -206,7 +212,7 @@ class _Progress:
         over_memory: Callable[[], bool] | None,
     ) -> None:
         """While the run goes on: the deadline, the cancel event, and every DISK_CHECK_S
-        its disk and memory."""
+        (or DISK_CHECK_BACKOFF times the last check's cost) its disk and memory."""
         now = time.monotonic()
         if self.ended is not None or self.reason is not None:
             return
@@ -219,7 +225,8 @@ class _Progress:
                 self.stop("disk")
             elif over_memory is not None and over_memory():
                 self.stop("memory")
-            self.next_disk = now + DISK_CHECK_S
+            took = time.monotonic() - now
+            self.next_disk = now + took + max(DISK_CHECK_S, DISK_CHECK_BACKOFF * took)
 
 
 def watch(
@@ -235,7 +242,8 @@ def watch(
 ) -> Watched:
     """Read everything until the process is gone; kill it on a limit. `kill(thorough)`
     must end every process of the run (`thorough`: the supervisor may not have).
-    `over_disk` and `over_memory` are asked every DISK_CHECK_S."""
+    `over_disk` and `over_memory` are asked every DISK_CHECK_S, or less often when they
+    are slow (see DISK_CHECK_BACKOFF)."""
     spawned = proc if isinstance(proc, Spawned) else Spawned.of_popen(proc)
     out = CappedCapture(limits.output_head_bytes, limits.output_tail_bytes)
     err = CappedCapture(limits.output_head_bytes, limits.output_tail_bytes)

@@ -336,31 +336,57 @@ def take_submission(ws: Workspace, dest_dir: Path) -> tuple[Path | None, str | N
     Only a regular file with one link counts: a symlink (or a `submission/` that is
     one) could point the grader, which reads as us, at the private answers. No
     sandboxed process is alive by now, so nothing can swap the file after the check.
+    A `submission/` the script made unreadable or unwritable (chmod 0500, 0) is made
+    ours again first; what still cannot be moved is a refused submission with its
+    reason, never an exception out of the run.
     """
+    folder = ws.path / "submission"
     try:
-        dir_fd = os.open(ws.path / "submission", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        info = os.lstat(folder)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, _unmovable(exc)
+    if not stat.S_ISDIR(info.st_mode):
+        return None, "submission/ is not a plain directory (a symbolic link?); the submission was ignored"
+    if info.st_mode & 0o700 != 0o700:
+        with contextlib.suppress(OSError):
+            os.chmod(folder, 0o700)  # a real folder (lstat): nothing is followed
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None, None
     except OSError:
         return None, "submission/ is not a plain directory (a symbolic link?); the submission was ignored"
     try:
-        try:
-            info = os.stat(SUBMISSION_NAME, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return None, None
-        if not stat.S_ISREG(info.st_mode):
-            return None, "submission/submission.csv is not a regular file (a symbolic link?); it was ignored"
-        if info.st_nlink != 1:
-            return None, "submission/submission.csv is a hard link to another file; it was ignored"
-        if ws.kept:
-            return ws.path / "submission" / SUBMISSION_NAME, None
-        dest = dest_dir / ws.run_dir.name / SUBMISSION_NAME
-        dest.parent.mkdir(mode=0o700)
-        os.rename(SUBMISSION_NAME, dest, src_dir_fd=dir_fd)
-        os.chmod(dest, 0o600)
-        return dest, None
+        return _move_submission(ws, dir_fd, dest_dir)
+    except OSError as exc:
+        return None, _unmovable(exc)
     finally:
         os.close(dir_fd)
+
+
+def _unmovable(exc: OSError) -> str:
+    return (f"submission/submission.csv could not be taken out of the workspace "
+            f"({type(exc).__name__}: {exc.strerror or exc}); leave submission/ readable and writable")
+
+
+def _move_submission(ws: Workspace, dir_fd: int, dest_dir: Path) -> tuple[Path | None, str | None]:
+    try:
+        info = os.stat(SUBMISSION_NAME, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None, None
+    if not stat.S_ISREG(info.st_mode):
+        return None, "submission/submission.csv is not a regular file (a symbolic link?); it was ignored"
+    if info.st_nlink != 1:
+        return None, "submission/submission.csv is a hard link to another file; it was ignored"
+    if ws.kept:
+        return ws.path / "submission" / SUBMISSION_NAME, None
+    dest = dest_dir / ws.run_dir.name / SUBMISSION_NAME
+    dest.parent.mkdir(mode=0o700)
+    os.rename(SUBMISSION_NAME, dest, src_dir_fd=dir_fd)
+    os.chmod(dest, 0o600)
+    return dest, None
 
 
 def hand_back(ws: Workspace) -> None:

@@ -5,10 +5,12 @@ action, run the script in the sandbox, grade the submission here in the parent, 
 with the reward module), for the whole batch at once on a pool of threads (the executor's
 runs are processes; identical scripts of a group are one run with the result cache). It
 returns each rollout's reward, or None for a rollout the infrastructure lost (the sandbox
-failed: a SandboxError, or the run was cancelled), which TRL leaves out of the group's
-advantages; the policy's own failures (no code, a crash, a timeout, a bad submission) are
-rewards like any other. Any other exception (a grader's bug) propagates: it is never
-turned into a score.
+failed: a SandboxError or an OSError out of the executor, or the run was cancelled), which
+TRL leaves out of the group's advantages; the policy's own failures (no code, a crash, a
+timeout, a bad submission) are rewards like any other. Grading is total (whatever a script
+writes is a grade report; a grader's failure on it is an invalid report that names it), so
+no submission raises here; any other exception is a bug of ours and propagates: it is
+never turned into a score.
 
 The rollouts stay here, per step, until the feedback callback takes them.
 """
@@ -131,6 +133,8 @@ class ExecutingReward:
                                metadata={"policy_step": step, "completion_tokens": tokens})
         except SandboxError as exc:
             return Rollout(step, index, group, state, text, tokens, None, f"sandbox: {exc}")
+        except OSError as exc:  # the executor broke, not the policy
+            return Rollout(step, index, group, state, text, tokens, None, f"sandbox: {type(exc).__name__}: {exc}")
         if outcome.result is not None and outcome.result.killed_by == "cancelled":
             return Rollout(step, index, group, state, text, tokens, None, "the run was cancelled")
         return Rollout(step, index, group, state, text, tokens, outcome)
