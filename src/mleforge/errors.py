@@ -50,8 +50,11 @@ class MissingExtra(MleforgeError):
 class InvalidSubmission(MleforgeError):
     """A submission cannot be graded; `reason` says exactly why.
 
-    This is the agent's fault (a missing file, a wrong column...). A bug in a
-    grader is never turned into an InvalidSubmission: it propagates as itself.
+    This is the agent's fault (a missing file, a wrong column...). A grader that
+    fails on a submission makes it invalid too (grading is total: nothing a script
+    writes stops a trainer), but its report keeps the exception in `grader_error`,
+    so a grader bug stays distinguishable; a task that cannot be graded at all (its
+    grade function does not load) still raises.
     """
 
     def __init__(self, reason: str):
