@@ -35,6 +35,7 @@ UNPRIVILEGED_TESTS = (
     "tests/sandbox/test_hostile.py",
     "tests/sandbox/test_answers.py",
     "tests/sandbox/test_masks.py",
+    "tests/sandbox/test_kernel_state.py",
 )
 SELECT = "not ray-bwrap"  # test_hostile ids name the executor: [local-bwrap-case]
 
