@@ -172,3 +172,30 @@ def test_the_sft_and_train_commands_keep_the_flags_users_know():
         "none", "local", "none", "ct2")
     assert (train.stepwise.after_sft, train.stepwise.engine, train.stepwise.states) == (True, "transformers", 2)
     assert (train.collect.steps, train.sft.max_steps, train.sandbox.exec_workers, train.model.threads) == (3, 5, 2, 1)
+
+
+def test_a_file_a_user_writes_gets_the_defaults_and_a_runs_own_reads_as_it_ran(tmp_path):
+    from mleforge.cli.main import build_parser
+    from mleforge.cli.sft import sft_config
+    from mleforge.cli.train import train_config
+
+    parser = build_parser()
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump({"model": {"lora_rank": 8}, "sft": "none", "generation": "trl"}))
+    config = train_config(parser.parse_args(["train", "--config", str(mine)]))
+    assert (config.model.lora_rank, config.warm_start, config.generation.backend) == (8, "none", "trl")
+    assert (config.model.prompt_grad, config.stepwise.after_sft) == (False, False)  # the defaults, not LEGACY
+    model_only = tmp_path / "model.yaml"
+    model_only.write_text(yaml.safe_dump({"model": {"lora_rank": 8}}))
+    sft = sft_config(parser.parse_args(["sft", "--config", str(model_only), "--samples", "s.jsonl"]))
+    assert (sft.model.lora_rank, sft.model.prompt_grad) == (8, False)
+    # the same keys in a run's own config.yaml (a run record beside it) read as that run ran
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(mine.read_text())
+    (run / "run.json").write_text("{}")
+    config = train_config(parser.parse_args(["train", "--config", str(run / "config.yaml")]))
+    assert (config.model.prompt_grad, config.stepwise.after_sft) == (True, True)
+    (run / "config.yaml").write_text(yaml.safe_dump(TrainConfig().to_dict()))
+    with pytest.raises(ConfigError, match="the config of a run with preset cpu"):
+        train_config(parser.parse_args(["train", "--config", str(run / "config.yaml"), "--preset", "gpu-1x"]))

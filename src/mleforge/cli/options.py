@@ -8,6 +8,7 @@ options (`--data-dir`, `--tasks-dir`, `--json`; read as `args.data_dir`, `args.t
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from mleforge.cli.engine_options import add_engine_arguments, engine_options
 from mleforge.errors import MleforgeError
@@ -28,6 +29,14 @@ def common() -> argparse.ArgumentParser:
 def add_config_file(p: argparse.ArgumentParser, help_text: str) -> None:
     """--config FILE: the command's settings from YAML (read as `args.config`; flags win)."""
     p.add_argument("--config", metavar="FILE", help=help_text)
+
+
+def saved_by_a_run(path: str) -> bool:
+    """Is this --config file the config.yaml a run saved (a run record beside it)? Only then
+    does a key its version did not write yet read as what that run did."""
+    from mleforge.runs import RUN_RECORD
+
+    return (Path(path).parent / RUN_RECORD).is_file()
 
 
 def task_registry(args: argparse.Namespace):

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from mleforge import config as tree
-from mleforge.cli.options import add_config_file, common
+from mleforge.cli.options import add_config_file, common, saved_by_a_run
 from mleforge.cli.output import err_console, print_json, print_table
 from mleforge.train.config import ModelConfig, SFTRunConfig, upgrade_sft_run_dict
 
@@ -26,7 +26,9 @@ def register(subparsers) -> None:
 
 def sft_config(args: argparse.Namespace) -> SFTRunConfig:
     """The dataclass defaults < `--config FILE` < the flags given; out defaults to runs/sft/<model>."""
-    file = upgrade_sft_run_dict(tree.load_yaml(args.config)) if getattr(args, "config", None) else {}
+    file: dict = {}
+    if getattr(args, "config", None):
+        file = upgrade_sft_run_dict(tree.load_yaml(args.config), legacy=saved_by_a_run(args.config))
     data = tree.merge(file, tree.given(args))
     if not data.get("out"):
         spec = (data.get("model") or {}).get("spec", ModelConfig().spec)

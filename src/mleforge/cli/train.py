@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from mleforge import config as tree
-from mleforge.cli.options import add_config_file, common
+from mleforge.cli.options import add_config_file, common, saved_by_a_run
 from mleforge.cli.output import err_console, print_json, print_table
+from mleforge.errors import ConfigError
 from mleforge.train.config import TrainConfig, upgrade_train_dict
 
 
@@ -36,9 +37,17 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def train_config(args: argparse.Namespace) -> TrainConfig:
-    """The dataclass defaults < the preset < `--config FILE` < the flags given."""
-    file = upgrade_train_dict(tree.load_yaml(args.config)) if getattr(args, "config", None) else {}
+    """The dataclass defaults < the preset < `--config FILE` < the flags given. A run's own
+    config.yaml sets every field, so a --preset other than its own would change nothing but the
+    name it is recorded under: refused."""
+    file: dict[str, Any] = {}
+    saved = bool(getattr(args, "config", None)) and saved_by_a_run(args.config)
+    if getattr(args, "config", None):
+        file = upgrade_train_dict(tree.load_yaml(args.config), legacy=saved)
     flags = overrides(args)
+    if saved and "preset" in flags and file.get("preset", flags["preset"]) != flags["preset"]:
+        raise ConfigError(f"--config {args.config} is the config of a run with preset {file['preset']}, and it "
+                          f"sets every field: drop --preset {flags['preset']} (or copy the file and edit it)")
     name = flags.get("preset") or file.get("preset") or "cpu"
     return TrainConfig.preset_config(name, **tree.merge(file, flags))
 

@@ -456,32 +456,37 @@ def is_flat_train_config(data: dict[str, Any]) -> bool:
             or any(key in data for key in FLAT_KEYS if key not in SECTIONS))
 
 
-def upgrade_train_dict(data: dict[str, Any]) -> dict[str, Any]:
-    """A saved TrainConfig as the tree's dict: a flat one mapped by FLAT_KEYS (its missing keys
-    read as FLAT_LEGACY), and a model without a setting added since as ModelConfig.LEGACY."""
+def upgrade_train_dict(data: dict[str, Any], *, legacy: bool = True) -> dict[str, Any]:
+    """A TrainConfig dict in the tree's shape: a flat one's keys mapped by FLAT_KEYS. `legacy`
+    (a config a run saved): a key its version did not write yet reads as what that run did
+    (FLAT_LEGACY, ModelConfig.LEGACY); a file a user writes (not legacy) leaves missing keys
+    to the defaults."""
     if not isinstance(data, dict):
         return data
     out = dict(data)
     if is_flat_train_config(data):
-        out = {k: v for k, v in {**FLAT_LEGACY, **data}.items() if k not in FLAT_KEYS}
-        for key, value in {**FLAT_LEGACY, **data}.items():
+        given = {**FLAT_LEGACY, **data} if legacy else data
+        out = {k: v for k, v in given.items() if k not in FLAT_KEYS}
+        for key, value in given.items():
             if key in FLAT_KEYS:
                 out = check.set_dotted(out, FLAT_KEYS[key], value)
-    if isinstance(out.get("model"), dict):
+    if legacy and isinstance(out.get("model"), dict):
         out["model"] = {**ModelConfig.LEGACY, **out["model"]}
     return out
 
 
-def upgrade_sft_run_dict(data: dict[str, Any]) -> dict[str, Any]:
-    """A saved `mleforge sft` config as SFTRunConfig's dict: a flat one's fine-tuning keys
-    moved under `sft`; settings added since read as their defaults (the model's as
-    ModelConfig.LEGACY: prompt_grad on, as it ran)."""
+def upgrade_sft_run_dict(data: dict[str, Any], *, legacy: bool = True) -> dict[str, Any]:
+    """An `mleforge sft` config dict in SFTRunConfig's shape: a flat one's fine-tuning keys
+    moved under `sft`. `legacy` (a config a run saved): settings added since read as their
+    defaults, the model's as ModelConfig.LEGACY (prompt_grad on, as it ran)."""
     if not isinstance(data, dict):
         return data
     out = dict(data)
     if not isinstance(data.get("sft"), dict):
         out = {k: v for k, v in data.items() if k not in FLAT_SFT_KEYS}
         out["sft"] = {k: data[k] for k in FLAT_SFT_KEYS if k in data}
+    if not legacy:
+        return out
     defaults = SFTRunConfig(samples="-", out="-").to_dict()
     defaults["model"] = {**defaults["model"], **ModelConfig.LEGACY}
     return check.merge({k: v for k, v in defaults.items() if k not in ("samples", "out")}, out)
