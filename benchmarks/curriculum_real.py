@@ -296,7 +296,7 @@ def run_benchmark(args: argparse.Namespace, *, registry: Any = None, progress: b
                                                                             f", ETA {eta:.0f} s"), highlight=False)
             run_started = time.perf_counter()
             folder = work / "runs" / label
-            config = base.replace(sampler=sampler, seed=seed, warm_start=sft, journals=journals, stepwise={"enabled": False})
+            config = base.replace(sampler={"kind": sampler}, seed=seed, warm_start=sft, journals=journals, stepwise={"enabled": False})
             result = train_one(config, folder, registry, progress)
             gc.collect()  # the trained model's memory, before the evaluation loads the result
             after = recipe.stepwise_evaluation(plan, work, f"hf:{result.final_model}", f"after-{label}", registry,

@@ -191,11 +191,11 @@ def test_the_flags_map_onto_the_config():
         "--sft", "none", "--steps", "3", "--group-size", "2", "--groups-per-step", "2", "--max-new-tokens", "64",
         "--lr", "0.001", "--tasks", "titanic", "--eval-tasks", "penguins", "--seed", "7"])
     given = overrides(args)
-    assert given == {"model": {"spec": "hf:x", "lora_rank": 8, "full": True}, "sampler": "uniform",
+    assert given == {"model": {"spec": "hf:x", "lora_rank": 8, "full": True}, "sampler": {"kind": "uniform"},
                      "buffer_growth": False, "warm_start": "none", "steps": 3, "group_size": 2, "groups_per_step": 2,
                      "max_new_tokens": 64, "lr": 0.001, "tasks": "titanic", "eval_tasks": "penguins", "seed": 7}
     config = TrainConfig.preset_config("cpu", **given)
-    assert (config.model.full, config.model.lora_rank, config.buffer_growth, config.sampler) == (True, 8, False,
+    assert (config.model.full, config.model.lora_rank, config.buffer_growth, config.sampler.kind) == (True, 8, False,
                                                                                                  "uniform")
     assert overrides(build_parser().parse_args(["train"])) == {}  # no flag: the preset's defaults
     warm = overrides(build_parser().parse_args(["train", "--sft-steps", "5", "--sft-lr", "0.001",

@@ -19,7 +19,7 @@ from mleforge.train.prompt_renderer import compact_prompt
 def test_the_defaults_are_the_cpu_preset_and_every_preset_validates():
     cpu = TrainConfig()
     assert TrainConfig.preset_config("cpu") == cpu
-    assert (cpu.model.spec, cpu.model.full, cpu.tasks, cpu.group_size, cpu.sampler, cpu.warm_start) == (
+    assert (cpu.model.spec, cpu.model.full, cpu.tasks, cpu.group_size, cpu.sampler.kind, cpu.warm_start) == (
         "bundled:qwen2.5-coder-0.5b", False, "lite", 4, "learnability", "auto")
     assert cpu.seed_stages == ("debug", "improve") and cpu.sequences_per_step == 4
     for name in PRESETS:
@@ -42,7 +42,7 @@ def test_a_micro_batch_is_one_group_unless_given():
     ({"group_size": 1}, "group_size: got 1"),
     ({"steps": 0}, "steps: got 0"),
     ({"lr": 0.0}, "lr: got 0.0; expected > 0.0"),
-    ({"sampler": "greedy"}, "sampler: got 'greedy'; expected one of uniform, learnability"),
+    ({"sampler": "greedy"}, "sampler.kind: got 'greedy'; expected one of uniform, learnability"),
     ({"micro_batch": 3}, "4 sequences must split into whole micro-batches"),
     ({"save_steps": 9}, "save_steps (9) > buffer.retain_evicted_steps (4)"),
     ({"save_total_limit": 1}, "save_total_limit: got 1"),

@@ -308,7 +308,7 @@ def test_a_killed_ct2_run_resumes_with_the_same_rollouts(tiny, titanic, journals
     from tests.train.crash import buffer_rows, finish, kill_after_step_one, lines, start
 
     config = ct2_config(tiny, journals, steps=3, group_size=2, groups_per_step=2, max_new_tokens=8, lr=5e-3,
-                        sampler="learnability", seed=5)
+                        sampler={"kind": "learnability"}, seed=5)
     first, straight, killed = kill_after_step_one(config.to_dict(), tmp_path)
     left = list((killed / "ct2-rollouts" / "rank-0").iterdir())
     assert len(left) == 1 and (left[0] / "model.bin").is_file()  # the killed process's conversion

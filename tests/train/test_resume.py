@@ -20,7 +20,7 @@ def test_a_run_killed_mid_step_and_resumed_equals_the_uninterrupted_run(tiny, ti
         steps=3, group_size=2, groups_per_step=2, micro_batch=2, max_new_tokens=8, warm_start="none",
         journals=str(journals), sandbox={"executor": "local"}, generation={"backend": "sampled-test"},
         stepwise={"enabled": False}, lr=5e-3,
-        sampler="learnability", seed=5,
+        sampler={"kind": "learnability"}, seed=5,
     )
     first, straight, killed = kill_after_step_one(config.to_dict(), tmp_path)
     assert not (killed / "checkpoints" / "checkpoint-2" / "mleforge_checkpoint.json").exists()

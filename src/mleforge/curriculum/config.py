@@ -7,10 +7,10 @@ measured against the uniform baseline.
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from mleforge import config as check
 from mleforge.errors import ConfigError
 
 LP_VARIANTS = ("beta", "laplace", "variance")
@@ -20,17 +20,11 @@ SYNCHRONOUS_MODES = ("FULL", "NORMAL", "EXTRA")
 
 def _number(section: str, key: str, value: Any, *, low: float | None = None, strict: bool = False) -> None:
     """Reject non-numbers, NaN and infinities, and values below `low` (or at it when strict)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{section}.{key}: got {value!r}; expected a finite number")
-    if low is not None and (value <= low if strict else value < low):
-        raise ConfigError(f"{section}.{key}: got {value!r}; expected {'>' if strict else '>='} {low}")
+    check.number(f"{section}.{key}", value, low=low, strict=strict)
 
 
 def _integer(section: str, key: str, value: Any, *, low: int, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{section}.{key}: got {value!r}; expected an integer >= {low}")
+    check.integer(f"{section}.{key}", value, low, optional=optional)
 
 
 class _Config:
@@ -39,10 +33,7 @@ class _Config:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]):
-        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"{cls.__name__}: unknown keys {', '.join(unknown)}")
+        check.known(cls, data)
         return cls(**data)
 
 
@@ -78,11 +69,11 @@ class LearnabilityConfig(_Config):
 
     exploration_c: float = 0.1
     headroom_gamma: float = 0.0
-    improve_neutral: float = 0.5
+    improve_neutral: float = field(default=0.5, metadata={"flag": False})  # a run: its reward's neutral
     variant: str = "beta"
     variance_prior_weight: float = 2.0
     prior_strength: float = 2.0
-    group_size: int = 8
+    group_size: int = field(default=8, metadata={"flag": False})  # a run: its GRPO group
 
     def __post_init__(self) -> None:
         s = "learnability"
@@ -126,11 +117,11 @@ class SamplerConfig(_Config):
     """
 
     kind: str = "learnability"
-    group_size: int = 8
+    group_size: int = field(default=8, metadata={"flag": False})  # a run: its GRPO group
     tau: float = 0.05
     epsilon: float = 0.1
     with_replacement: bool = False
-    seed: int = 0
+    seed: int = field(default=0, metadata={"flag": False})  # a run: its seed
 
     def __post_init__(self) -> None:
         s = "sampler"

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from mleforge import config as check
 from mleforge.agent.prompt_config import PromptConfig
-from mleforge.curriculum.config import SAMPLER_KINDS, BufferConfig, LearnabilityConfig
+from mleforge.curriculum.config import BufferConfig, LearnabilityConfig, SamplerConfig
 from mleforge.errors import ConfigError
 from mleforge.eval.stepwise_config import StepwiseConfig
 from mleforge.expert.collect_config import CollectConfig
@@ -218,7 +218,7 @@ class GenerationConfig(_Tree):
 SECTIONS: dict[str, type] = {
     "model": ModelConfig, "collect": CollectConfig, "sft": SFTConfig, "sandbox": SandboxConfig,
     "generation": GenerationConfig, "stepwise": StepwiseConfig, "reward": RewardConfig, "buffer": BufferConfig,
-    "learnability": LearnabilityConfig, "prompt": PromptConfig,
+    "learnability": LearnabilityConfig, "prompt": PromptConfig, "sampler": SamplerConfig,
 }
 
 
@@ -256,7 +256,6 @@ class TrainConfig(_Tree):
     scale_rewards: str = field(default="group", metadata={
         "choices": SCALE_REWARDS, "help": "TRL's advantage scaling"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
-    sampler: str = field(default="learnability", metadata={"choices": SAMPLER_KINDS, "help": "curriculum sampler"})
     buffer_growth: bool = field(default=True, metadata={
         "negative": "--no-buffer-growth",
         "help": "rollouts add new states to the buffer (off, an ablation: the buffer stays its seeds)"})
@@ -289,8 +288,11 @@ class TrainConfig(_Tree):
     reward: RewardConfig = field(default_factory=RewardConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
     learnability: LearnabilityConfig = field(default_factory=LearnabilityConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig, metadata={"aliases": {"kind": ("--sampler",)}})
 
     def __post_init__(self) -> None:
+        if isinstance(self.sampler, str):  # TrainConfig(sampler="uniform"): the sampler's kind
+            object.__setattr__(self, "sampler", {"kind": self.sampler})
         check.build_sections(self)
         self._check_run()
         self._check_batches()
@@ -338,7 +340,6 @@ class TrainConfig(_Tree):
         check.choice("loss_type", self.loss_type, LOSS_TYPES)
         check.choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
         check.number("max_grad_norm", self.max_grad_norm, low=0.0)
-        check.choice("sampler", self.sampler, SAMPLER_KINDS)
         check.flag("buffer_growth", self.buffer_growth)
         check.integer("save_steps", self.save_steps, 1)
         check.integer("save_total_limit", self.save_total_limit, 2, "; the newest checkpoint may be half-written "
@@ -356,9 +357,12 @@ class TrainConfig(_Tree):
             if getattr(self.collect, key) != getattr(default, key):
                 raise ConfigError(f"collect.{key}: the warm start collects with the run's own setting; set {flag} "
                                   f"instead (got {getattr(self.collect, key)!r})")
-        # The LP's L is the chance that a group of G rollouts is not all tied: G is this run's group.
+        # The LP's L is the chance that a group of G rollouts is not all tied: G is this run's group,
+        # and the sampler repeats each state G times in a row, drawn with the run's seed.
         if self.learnability.group_size != self.group_size:
             object.__setattr__(self, "learnability", replace(self.learnability, group_size=self.group_size))
+        if (self.sampler.group_size, self.sampler.seed) != (self.group_size, self.seed):
+            object.__setattr__(self, "sampler", replace(self.sampler, group_size=self.group_size, seed=self.seed))
         # The curriculum's success test of an improve run is "above the reward of no change".
         neutral = self.reward.neutral_reward
         if self.learnability.improve_neutral != neutral:
@@ -470,6 +474,8 @@ def upgrade_train_dict(data: dict[str, Any], *, legacy: bool = True) -> dict[str
         for key, value in given.items():
             if key in FLAT_KEYS:
                 out = check.set_dotted(out, FLAT_KEYS[key], value)
+    if isinstance(out.get("sampler"), str):  # before the sampler's section: its kind
+        out["sampler"] = {"kind": out["sampler"]}
     if legacy and isinstance(out.get("model"), dict):
         out["model"] = {**ModelConfig.LEGACY, **out["model"]}
     return out

@@ -28,5 +28,5 @@ def run_record(plan: Plan, status: str, **extra: Any) -> dict[str, Any]:
     c = plan.config
     return {"kind": "train", "tasks": [t.id for t in plan.tasks], "eval_tasks": [t.id for t in plan.eval_tasks],
             "policy": c.model.spec, "model": c.model.spec, "preset": c.preset, "seed": c.seed, "steps": c.steps,
-            "sampler": c.sampler, "buffer_growth": c.buffer_growth, "sft": c.warm_start, "generation": c.generation.backend,
+            "sampler": c.sampler.kind, "buffer_growth": c.buffer_growth, "sft": c.warm_start, "generation": c.generation.backend,
             "status": status, **extra}

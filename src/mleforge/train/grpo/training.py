@@ -59,7 +59,6 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, exec
     from datasets import Dataset
     from transformers import PrinterCallback, ProgressCallback
 
-    from mleforge.curriculum.config import SamplerConfig
     from mleforge.curriculum.sampler import make_sampler
     from mleforge.train.grpo.buffer_callback import FeedbackCallback
     from mleforge.train.grpo.executing_reward import ExecutingReward, execution_workers
@@ -74,8 +73,7 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, exec
     loaded = load_for_training(replace(config.model, spec=spec))
     loaded.tokenizer.padding_side = "left"  # TRL generates from left-padded prompts
     tasks = {t.id: t for t in plan.tasks}
-    sampler = make_sampler(SamplerConfig(kind=config.sampler, group_size=config.group_size, seed=config.seed),
-                           config.learnability)
+    sampler = make_sampler(config.sampler, config.learnability)
     feed = CurriculumFeed(buffer, sampler, tasks, renderer or make_renderer(config.prompt), config.groups_per_step)
     rank = PartialState().process_index
     reward = ExecutingReward(tasks, executor, feed.states, reward=config.reward, timeout_s=config.sandbox.run_timeout_s,
