@@ -1,4 +1,6 @@
-"""The seccomp filter every bwrap sandbox runs under: no ptrace, no process_vm_readv/writev.
+"""The seccomp filters of a bwrap sandbox: no ptrace (every process), and the run's own on top.
+
+The first, every bwrap sandbox's: no ptrace, no process_vm_readv/writev.
 
 Why: as an unprivileged user, bwrap's own pid 1 (its reaper inside the pid
 namespace) has the script's uid and is dumpable, so a script could attach to it
@@ -40,8 +42,11 @@ that outlives a run, or that no limit counts, out of the script's reach:
   user namespace and hold every capability in it (a user's runs cannot already:
   bwrap's --disable-userns, the pool's max_user_namespaces = 0);
 - memory outside every resident set: memfd_create and memfd_secret (ENOSYS), and
-  System V shared memory segments (shmget: ENOSYS). The run's /dev/shm is a
-  size-limited tmpfs, counted by the executor with the run's memory.
+  System V shared memory, message queues and semaphores (shmget, msgget, semget:
+  ENOSYS; POSIX semaphores, which multiprocessing uses, live in /dev/shm). The run's
+  /dev/shm is counted by the executor with the run's memory. Pipe and socket buffers
+  are bounded only by the kernel's per-user limits: a cgroup's memory.max, where the
+  machine delegates one, is what would count them.
 """
 
 from __future__ import annotations
@@ -68,11 +73,13 @@ ARCHES = {
     "aarch64": (0xC00000B7, {"ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271}),
 }
 DENIED = ("ptrace", "process_vm_readv", "process_vm_writev")
-SUMMARY = "ptrace denied"
+SUMMARY = "ptrace denied"  # what the isolation record says when the filter is on
 # The run's filter (see the module docstring): name -> the errno the call fails with.
 RUN_DENIED = {
     "add_key": errno.ENOSYS, "request_key": errno.ENOSYS, "keyctl": errno.ENOSYS,
     "memfd_create": errno.ENOSYS, "memfd_secret": errno.ENOSYS, "shmget": errno.ENOSYS,
+    # System V message queues and semaphores hold kernel memory no limit of the run counts.
+    "msgget": errno.ENOSYS, "semget": errno.ENOSYS,
     "clone3": errno.ENOSYS, "setns": errno.EPERM,
 }
 # name -> (index of the flags argument, flags refused with EPERM)
@@ -85,12 +92,12 @@ RUN_FLAG_CHECKED = {
 }
 RUN_NUMBERS = {
     "x86_64": {"add_key": 248, "request_key": 249, "keyctl": 250, "memfd_create": 319, "memfd_secret": 447,
-               "shmget": 29, "clone3": 435, "setns": 308, "unshare": 272, "clone": 56},
+               "shmget": 29, "msgget": 68, "semget": 64, "clone3": 435, "setns": 308, "unshare": 272, "clone": 56},
     "aarch64": {"add_key": 217, "request_key": 218, "keyctl": 219, "memfd_create": 279, "memfd_secret": 447,
-                "shmget": 194, "clone3": 435, "setns": 268, "unshare": 97, "clone": 220},
+                "shmget": 194, "msgget": 186, "semget": 190, "clone3": 435, "setns": 268, "unshare": 97, "clone": 220},
 }
 BPF_JSET_K = 0x45  # BPF_JMP | BPF_JSET | BPF_K
-OFFSET_ARGS = 16  # in struct seccomp_data: u64 args[6]; the low word first (little-endian machines)  # what the isolation record says when the filter is on
+OFFSET_ARGS = 16  # in struct seccomp_data: u64 args[6]; the low word first (little-endian machines)
 
 Instruction = tuple[int, int, int, int]  # (code, jt, jf, k)
 
