@@ -120,7 +120,7 @@ def test_a_runs_config_yaml_is_a_valid_config_file(tmp_path):
     for config in (TrainConfig.preset_config("gpu-1x", steps=3, reward={"alpha": 2.0}),
                    TrainConfig(warm_start="none", sandbox={"executor": "local"})):
         path = tmp_path / "config.yaml"
-        path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))  # as mleforge.train.grpo writes it
+        path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))  # as mleforge.train.recipe writes it
         assert train_config(build_parser().parse_args(["train", "--config", str(path)])) == config
 
 

@@ -27,7 +27,6 @@ rollout, what the uninterrupted run would have done.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,7 +50,7 @@ from mleforge.runs import (
     STEPWISE_DIR,
 )
 from mleforge.train.checkpoint_marks import discard_after, last_checkpoint, read_mark
-from mleforge.train.config import TrainConfig
+from mleforge.train.config import TrainConfig, upgrade_train_dict
 from mleforge.train.errors import TrainError
 from mleforge.train.plan import Plan, run_record
 from mleforge.train.preflight import preflight
@@ -68,7 +67,6 @@ if TYPE_CHECKING:
     from mleforge.tasks.registry import TaskRegistry
     from mleforge.train.prompt_renderer import Renderer
 
-log = logging.getLogger("mleforge.train")
 
 __all__ = ["Plan", "TrainResult", "load_run_config", "preflight", "resume", "train"]
 
@@ -114,8 +112,6 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     if not path.is_file():
         raise TrainError(f"--resume {run_dir}: no {CONFIG_FILE} there; give the run directory `mleforge train` made")
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    from mleforge.train.config import upgrade_train_dict
-
     return TrainConfig.from_dict(upgrade_train_dict(data))  # a run from before the tree, or before a setting
 
 
@@ -153,7 +149,11 @@ def _run(plan: Plan, folder: Path, registry: TaskRegistry, progress: bool, rende
     for task in (*plan.tasks, *plan.eval_tasks):
         prepare(task)
     executor = _executor(config, folder)
-    buffer = StateBuffer(folder, config.buffer, config.learnability)
+    try:
+        buffer = StateBuffer(folder, config.buffer, config.learnability)
+    except BaseException:
+        executor.close()  # the pool's zygote, if it is one, goes with it
+        raise
     before: BeforeEvaluation | None = None
     try:
         # Before anything changes the model: the step-wise evaluation of the model as given. Where
