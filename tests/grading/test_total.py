@@ -125,3 +125,20 @@ def test_map_at_5_sums_its_rows_in_id_order_as_mlebench(tmp_path):
     assert round(np.mean([ap[i] for i in sorted(ids)]), 5) == 0.39062  # MLE-bench's order
     assert round(np.mean([ap[i] for i in ids]), 5) == 0.39063  # the answers' order
     assert score_frame(task, submission, "full") == 0.39062
+
+
+def test_an_mlebench_style_submission_with_more_fields_than_its_header_is_refused_before_parsing(tmp_path):
+    """No expected header (an `mlebench:` task's bounds): a data line may not hold more
+    unquoted fields than the file's own header, so a row of 400k fields never reaches pandas."""
+    from mleforge.grading.submission import SubmissionBounds, check_bounds
+
+    answers = tmp_path / "answers.csv"
+    answers.write_text("id,x\n" + "".join(f"{i},{i}\n" for i in range(20000)))
+    bounds = SubmissionBounds.for_answers(answers, None, None)
+    bomb = tmp_path / "submission.csv"
+    bomb.write_text("id,x\n" + "1," * 400_000 + "\n")
+    with pytest.raises(InvalidSubmission, match=r"line 2 of submission.csv has 400001 fields; its header has 2"):
+        check_bounds(bomb, bounds)
+    fine = tmp_path / "fine.csv"
+    fine.write_text('id,x\n1,"a,b"\r\n2,3\n')  # quoted commas and CRLF are not extra fields
+    check_bounds(fine, bounds)
