@@ -43,7 +43,10 @@ class SubmissionBounds:
     A hostile file must not cost the grading parent gigabytes or minutes: 100k columns,
     100k duplicate names (quadratic in pandas' renaming), one endless line, or a row of
     500k fields (pandas makes an index level of each extra field) are all refused from
-    the bytes, not parsed. Lines break where pandas breaks them: at \\r\\n, \\r or \\n."""
+    the bytes, not parsed. Lines break where pandas breaks them: at \\r\\n, \\r or \\n.
+    Stricter than pandas by design: the header must be the first line (pandas skips blank
+    lines before it), and the middle line of a quoted field that spans three lines or more is
+    field-counted like any unquoted line."""
 
     max_bytes: int
     columns: tuple[str, ...] | None = None  # the expected header, in any order
