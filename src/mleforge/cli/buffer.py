@@ -19,9 +19,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=10, help="how many states to list by LP")
     p.add_argument("--steps", type=int, default=20, help="last steps of growth in the table (0: all)")
     p.set_defaults(func=cmd_buffer_show)
-    p = bsub.add_parser("export", parents=[common()], help="write the live states as jsonl or parquet (verl)")
+    p = bsub.add_parser("export", parents=[common()],
+                        help="write the live states as jsonl, parquet, or verl's parquet (prompts rendered)")
     p.add_argument("run_dir", help="a run directory (holding buffer.sqlite) or the .sqlite file")
-    p.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl")
+    p.add_argument("--format", choices=("jsonl", "parquet", "verl"), default="jsonl",
+                   help="verl: RLHFDataset's columns (data_source, prompt, ability, reward_model, extra_info); "
+                        "needs the run directory's config.yaml for its tasks and prompt settings")
     p.add_argument("--out", help="output file (default RUN_DIR/buffer_states.FORMAT)")
     p.set_defaults(func=cmd_buffer_export)
 
@@ -65,9 +68,17 @@ def cmd_buffer_show(args: argparse.Namespace) -> int:
 def cmd_buffer_export(args: argparse.Namespace) -> int:
     from mleforge.curriculum.export import export_buffer
 
-    with _open_buffer(args.run_dir) as buffer:
-        out = Path(args.out) if args.out else buffer.path.parent / f"buffer_states.{args.format}"
-        n = export_buffer(buffer, out, args.format)
+    if args.format == "verl":
+        from mleforge.train.verl.rows import export_verl
+
+        folder = Path(args.run_dir)
+        folder = folder.parent if folder.is_file() else folder
+        out = Path(args.out) if args.out else folder / "buffer_states.verl.parquet"
+        n = export_verl(folder, out)
+    else:
+        with _open_buffer(args.run_dir) as buffer:
+            out = Path(args.out) if args.out else buffer.path.parent / f"buffer_states.{args.format}"
+            n = export_buffer(buffer, out, args.format)
     if args.json:
         print_json({"path": str(out), "format": args.format, "states": n})
     else:
