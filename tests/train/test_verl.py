@@ -139,10 +139,31 @@ def data_config(**overrides):
 
 @pytest.fixture(scope="module")
 def ray_cluster(run):
+    """A local Ray cluster; one another test module started is used as it is."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
-    ray.shutdown()
+    if started:
+        ray.shutdown()
+
+
+def test_the_dataset_refuses_settings_that_break_the_rounds(run, tokenizer):
+    from verl.trainer.ppo.utils import create_rl_dataset
+
+    with pytest.raises(Exception, match="train_batch_size is 3"):
+        create_rl_dataset(str(run.folder), data_config(train_batch_size=3), tokenizer, None)
+    with pytest.raises(Exception, match="dataloader_num_workers must be 0"):
+        create_rl_dataset(str(run.folder), data_config(dataloader_num_workers=2), tokenizer, None)
+
+
+def test_a_run_directory_is_prepared_once_for_one_config(run, registry):
+    from dataclasses import replace
+
+    assert prepare_run(run.config, run.folder, registry).config == run.config  # again: loaded as it is
+    with pytest.raises(Exception, match="prepared with another config"):
+        prepare_run(replace(run.config, steps=3), run.folder, registry)
 
 
 def test_the_curriculum_feeds_verls_loader_and_takes_back_the_rewards(run, tokenizer, ray_cluster):

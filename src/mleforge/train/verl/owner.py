@@ -33,6 +33,7 @@ from mleforge.curriculum.buffer import StateBuffer
 from mleforge.curriculum.feedback import step_feedback
 from mleforge.curriculum.sampler import make_sampler
 from mleforge.errors import MissingExtra
+from mleforge.paths import DATA_ENV
 from mleforge.reward.compute import RewardBreakdown
 from mleforge.train.errors import TrainError
 from mleforge.train.verl.rows import verl_row
@@ -163,9 +164,12 @@ def owner_handle(folder: str | Path, groups: int | None = None):
 
     name = owner_name(folder)
     here = ray.get_runtime_context().get_node_id()
+    # The owner renders prompts from the prepared tasks: it reads the data root its starter reads.
+    env = {DATA_ENV: os.environ[DATA_ENV]} if DATA_ENV in os.environ else {}
     actor = ray.remote(BufferOwner).options(
         name=name, namespace=NAMESPACE, get_if_exists=True, num_cpus=0, max_restarts=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),  # beside the trainer's buffer file
+        runtime_env={"env_vars": env},
     )
     return actor.remote(str(Path(folder).resolve()), groups, name)
 

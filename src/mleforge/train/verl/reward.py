@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -157,7 +156,9 @@ async def compute_score(data_source: str, solution_str: str, ground_truth: Any, 
         raise TrainError("the row names no run directory (extra_info.run); pass "
                          "+reward.custom_reward_function.reward_kwargs.mleforge_run=RUN_DIR")
     scorer = scorer_for(str(folder))
-    salt = f"v{extra_info.get('index', 0)}-{uuid.uuid4().hex[:8]}"  # the rollouts of a group differ
+    # The node id hashes (state, salt, completion): the same completion of the same draw is the
+    # same node, so identical rollouts of a group offer the buffer one next state, not copies.
+    salt = f"v{extra_info.get('index', 0)}"
     loop = asyncio.get_running_loop()
     outcome = await loop.run_in_executor(scorer.pool, scorer.score, state, solution_str, salt)
     owner = extra_info.get("owner")
