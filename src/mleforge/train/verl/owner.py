@@ -174,11 +174,16 @@ def owner_handle(folder: str | Path, groups: int | None = None):
     return actor.remote(str(Path(folder).resolve()), groups, name)
 
 
+_owners: dict[str, Any] = {}
+
+
 def find_owner(name: str):
-    """The owner named in a row's extra_info, from a reward worker."""
+    """The owner named in a row's extra_info, from a reward worker (looked up once per process)."""
     ray = require_ray()
-    try:
-        return ray.get_actor(name, namespace=NAMESPACE)
-    except ValueError:
-        raise TrainError(f"no buffer owner {name!r} in this Ray cluster; the row came from a curriculum dataset "
-                         "whose job has ended") from None
+    if name not in _owners:
+        try:
+            _owners[name] = ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            raise TrainError(f"no buffer owner {name!r} in this Ray cluster; the row came from a curriculum "
+                             "dataset whose job has ended") from None
+    return _owners[name]
