@@ -1,8 +1,9 @@
 """The step-wise evaluation's settings (mleforge.eval.stepwise runs it): StepwiseConfig, what a
 training run makes of its model, and StepwiseStatesConfig, `mleforge eval --stepwise`'s own.
 
-A fixed set of states of the eval tasks, drawn with the run's seed from expert journals of those
-tasks, one completion each: before training, after the warm start (after_sft) and after.
+A fixed set of states of the eval tasks with headroom, drawn with the run's seed from expert
+journals of those tasks, `samples` completions each (sampling seeds seed, seed + 1, ...):
+before training, after the warm start (after_sft) and after, compared paired.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from mleforge.agent.prompt_config import PROFILES
 from mleforge.errors import ConfigError
 from mleforge.policies.engines.base import ENGINE_CHOICES, QUANTIZATIONS
 
+HEADROOM_CHOICES = ("require", "prefer", "any")  # mleforge.eval.stepwise.draw_states
+
 
 @dataclass(frozen=True)
 class StepwiseConfig:
@@ -22,12 +25,15 @@ class StepwiseConfig:
 
     enabled: bool = field(default=True, metadata={
         "help": "the step-wise evaluation on the eval tasks before and after training"})
-    after_sft: bool = field(default=False, metadata={
+    after_sft: bool = field(default=True, metadata={
         "aliases": ("--eval-after-sft",),
-        "help": "also evaluate the warm start's model on the same states, between before and after "
-                "(off on the cpu preset, where it costs minutes; on for gpu-1x)"})
+        "help": "also evaluate the warm start's model on the same states, between before and after, so "
+                "that the warm start's change and GRPO's own are apart"})
     states: int = field(default=8, metadata={
-        "aliases": ("--stepwise-states",), "help": "states of the evaluation before and after"})
+        "aliases": ("--stepwise-states",), "help": "states of the evaluation before and after (with headroom)"})
+    samples: int = field(default=2, metadata={
+        "aliases": ("--stepwise-samples",),
+        "help": "completions per state, one per sampling seed (seed, seed + 1, ...)"})
     expert_steps: int = field(default=6, metadata={
         "aliases": ("--stepwise-expert-steps",),
         "help": "steps of each template-expert episode of the eval tasks (the evaluation's states)"})
@@ -44,6 +50,7 @@ class StepwiseConfig:
         check.flag("stepwise.enabled", self.enabled)
         check.flag("stepwise.after_sft", self.after_sft)
         check.integer("stepwise.states", self.states, 1)
+        check.integer("stepwise.samples", self.samples, 1)
         check.integer("stepwise.expert_steps", self.expert_steps, 1)
         check.number("stepwise.temperature", self.temperature, low=0.0, strict=True)
         check.choice("stepwise.engine", self.engine, ENGINE_CHOICES)
@@ -57,8 +64,17 @@ class StepwiseStatesConfig:
     """`mleforge eval --stepwise`'s own settings: which fixed expert states it evaluates and how
     their prompts are rendered (the policy, tasks and sampling are the eval command's)."""
 
-    states: int = field(default=24, metadata={"help": "states evaluated"})
-    state_seed: int = field(default=0, metadata={"help": "seed of the state draw and of sampling"})
+    states: int = field(default=24, metadata={"help": "states evaluated (with headroom, see --headroom)"})
+    state_seed: int = field(default=0, metadata={"help": "seed of the state draw"})
+    samples: int = field(default=4, metadata={
+        "help": "k: completions per state, one per sampling seed (sample-seed, sample-seed + 1, ...)"})
+    sample_seed: int = field(default=0, metadata={
+        "help": "the first sampling seed (a null control: the same policy at another first seed, "
+                "compared with --other-seeds)"})
+    headroom: str = field(default="require", metadata={
+        "choices": HEADROOM_CHOICES,
+        "help": "states whose reference score is the metric's perfect value: require (drop them), prefer "
+                "(only to fill up), any"})
     journals: str | None = field(default=None, metadata={
         "help": "expert journals to draw states from (none: made with the template expert in OUT/expert, once)"})
     expert_steps: int = field(default=6, metadata={"help": "steps of each expert episode made"})
@@ -70,6 +86,9 @@ class StepwiseStatesConfig:
     def __post_init__(self) -> None:
         check.integer("stepwise.states", self.states, 1)
         check.integer("stepwise.state_seed", self.state_seed, 0)
+        check.integer("stepwise.samples", self.samples, 1)
+        check.integer("stepwise.sample_seed", self.sample_seed, 0)
+        check.choice("stepwise.headroom", self.headroom, HEADROOM_CHOICES)
         check.text("stepwise.journals", self.journals, "give a folder of expert journals, or null", optional=True)
         check.integer("stepwise.expert_steps", self.expert_steps, 1)
         object.__setattr__(self, "stages", tuple(self.stages))
