@@ -215,20 +215,47 @@ def test_cli_writes_result_run_record_contamination_and_report(prepared_registry
     (trained / "run.json").write_text(json.dumps({"kind": "train", "tasks": ["titanic"]}))
     out = tmp_path / "sw"
     args = build_parser().parse_args([
-        "eval", "--stepwise", "--states", "2", "--journals", str(expert_dir / "journals"), "--prompt-profile",
-        "compact", "--policy", "template", "--tasks", "titanic", "--out", str(out), "--data-dir", str(data_root),
-        "--json", "--trained-on", str(trained)])
+        "eval", "--stepwise", "--states", "2", "--samples", "1", "--journals", str(expert_dir / "journals"),
+        "--prompt-profile", "compact", "--policy", "template", "--tasks", "titanic", "--out", str(out),
+        "--data-dir", str(data_root), "--json", "--trained-on", str(trained)])
     assert cmd_eval_stepwise(args) == 0
     record = json.loads((out / "run.json").read_text())
     assert record["kind"] == "stepwise" and record["tasks"] == ["titanic"] and len(record["states"]) == 2
     assert "CONTAMINATION" in record["contamination"]["warning"]
     saved = json.loads((out / "stepwise.json").read_text())
-    assert saved["n_states"] == 2 and saved["prompt_profile"] == "compact"
-    assert saved["metrics"]["valid_rate"]["mean"] == 1.0
+    assert saved["n_states"] == 2 and saved["prompt_profile"] == "compact" and saved["seeds"] == [0]
+    assert saved["metrics"]["valid_rate"]["mean"] == 1.0 and saved["draw"]["headroom"] == "require"
     assert "CONTAMINATION" in StepwiseResult.from_dict(saved).contamination["warning"]
     report = write_report([out, out], tmp_path / "report", labels=["before", "after"])
     text = Path(report.markdown).read_text(encoding="utf-8")
-    assert "Step-wise evaluation" in text and "valid %" in text and "change" in text and "CONTAMINATION" in text
+    assert "Step-wise evaluation" in text and "valid %" in text and "(paired)" in text and "CONTAMINATION" in text
+
+
+@pytest.mark.slow
+def test_cli_compares_two_policies_on_the_same_states_and_seeds(data_root, expert_dir, tmp_path, capsys):
+    """`--stepwise --compare A B`: one draw, both policies at the same seeds, the paired table. The
+    policies are scripted (the test is about the code around them): A writes no code, B copies the
+    sample submission."""
+    from mleforge.cli.main import main
+    from mleforge.policies.registry import register_policy
+
+    register_policy("scripted", lambda name, **_: ScriptedPolicy([COPY_SAMPLE if name == "copy" else "No code."]),
+                    replace=True)
+    out = tmp_path / "cmp"
+    assert main(["eval", "--stepwise", "--compare", "scripted:none", "scripted:copy", "--states", "2",
+                 "--samples", "2", "--journals", str(expert_dir / "journals"), "--tasks", "titanic",
+                 "--out", str(out), "--data-dir", str(data_root), "--json"]) == 0
+    a, b = (StepwiseResult.from_dict(json.loads((out / x / "stepwise.json").read_text())) for x in "ab")
+    assert a.states == b.states and len(a.states) == 2 and a.seeds == b.seeds == (0, 1)
+    assert {r.outcome for r in a.records} == {"format_error"} and {r.outcome for r in b.records} == {"valid"}
+    saved = json.loads((out / "comparison.json").read_text())
+    assert json.loads(capsys.readouterr().out) == saved
+    valid, fmt = saved["metrics"]["valid_rate"], saved["metrics"]["format_error_rate"]
+    # every state moved from a format error to a valid run: +1 with no spread, so the interval is [1, 1]
+    assert (valid["diff"], valid["se"], valid["ci_low"], valid["up"]) == (1.0, 0.0, 1.0, 2)
+    assert (fmt["diff"], fmt["down"]) == (-1.0, 2) and saved["label_a"] == "scripted:none"
+    assert main(["eval", "--stepwise", "--compare", "template", "template", "--tasks", "titanic"]) == 2
+    assert "two different policies" in " ".join(capsys.readouterr().err.split())
 
 
 def test_the_progress_bar_counts_the_states_run(capsys):

@@ -9,6 +9,7 @@ before training, after the warm start (after_sft) and after, compared paired.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from mleforge import config as check
 from mleforge.agent.prompt_config import PROFILES
@@ -21,7 +22,11 @@ HEADROOM_CHOICES = ("require", "prefer", "any")  # mleforge.eval.stepwise.draw_s
 @dataclass(frozen=True)
 class StepwiseConfig:
     """expert_steps is the eval tasks' expert episode length of its own, so that a shorter
-    training-side expert_steps leaves the evaluation's states as they are."""
+    training-side expert_steps leaves the evaluation's states as they are. LEGACY: what a run
+    saved before `samples` and `headroom` existed evaluated with (one completion per state, no
+    headroom rule), so that its resumed evaluations pair with the ones it made."""
+
+    LEGACY: ClassVar[dict[str, Any]] = {"samples": 1, "headroom": "any"}
 
     enabled: bool = field(default=True, metadata={
         "help": "the step-wise evaluation on the eval tasks before and after training"})
@@ -34,6 +39,10 @@ class StepwiseConfig:
     samples: int = field(default=2, metadata={
         "aliases": ("--stepwise-samples",),
         "help": "completions per state, one per sampling seed (seed, seed + 1, ...)"})
+    headroom: str = field(default="prefer", metadata={
+        "choices": HEADROOM_CHOICES, "aliases": ("--stepwise-headroom",),
+        "help": "states whose reference score is the metric's perfect value: prefer (drawn only to fill up, "
+                "reported apart), require (never drawn; a run whose eval tasks have none with headroom stops), any"})
     expert_steps: int = field(default=6, metadata={
         "aliases": ("--stepwise-expert-steps",),
         "help": "steps of each template-expert episode of the eval tasks (the evaluation's states)"})
@@ -51,6 +60,7 @@ class StepwiseConfig:
         check.flag("stepwise.after_sft", self.after_sft)
         check.integer("stepwise.states", self.states, 1)
         check.integer("stepwise.samples", self.samples, 1)
+        check.choice("stepwise.headroom", self.headroom, HEADROOM_CHOICES)
         check.integer("stepwise.expert_steps", self.expert_steps, 1)
         check.number("stepwise.temperature", self.temperature, low=0.0, strict=True)
         check.choice("stepwise.engine", self.engine, ENGINE_CHOICES)

@@ -111,7 +111,7 @@ def stepwise_section(runs: Sequence[LoadedRun]) -> list[Section]:
         blocks.append(Table(columns, tuple(rows),
                             f"{run.label}: before ({before.get('policy')}, the model as given){warm} and after "
                             f"({after.get('policy')}) on {tasks}, tasks the run did not train on; mean ± SEM "
-                            "over states with headroom (a state's seeds averaged first)"))
+                            f"over states with headroom (a state's seeds averaged first); {_drawn(before)}"))
         flat = flat_table(stages)
         if flat is not None:
             blocks.append(flat)
@@ -123,6 +123,19 @@ def stepwise_section(runs: Sequence[LoadedRun]) -> list[Section]:
         if control is not None:
             blocks.append(control)
     return [Section("Before and after training", tuple(blocks))] if blocks else []
+
+
+def _drawn(evaluation: dict[str, Any]) -> str:
+    """What the state draw of an evaluation left out, in words."""
+    draw = evaluation.get("draw") or {}
+    if not draw:
+        return "states drawn with no headroom rule"
+    text = f"{draw['drawn']} states drawn of {draw['candidates']} candidates"
+    if draw.get("dropped_no_headroom"):
+        text += f", {draw['dropped_no_headroom']} dropped for want of headroom"
+    if draw.get("filled_no_headroom"):
+        text += f", {draw['filled_no_headroom']} without headroom filled up the draw (reported apart)"
+    return text
 
 
 def time_section(runs: Sequence[LoadedRun]) -> list[Section]:

@@ -313,7 +313,7 @@ def stage_settings(plan: Plan) -> StageSettings:
         prompt=config.prompt, reward=config.reward,
         workers=execution_workers(config, plan.eval_tasks) if config.stepwise.enabled and plan.eval_tasks else 0,
         run_timeout_s=config.sandbox.run_timeout_s, policy_options=options, samples=config.stepwise.samples,
-        headroom="require")
+        headroom=config.stepwise.headroom)
 
 
 def stepwise_evaluation(plan: Plan, folder: Path, spec: str, label: str, registry: TaskRegistry | None,
