@@ -256,6 +256,19 @@ def test_cli_compares_two_policies_on_the_same_states_and_seeds(data_root, exper
     assert (fmt["diff"], fmt["down"]) == (-1.0, 2) and saved["label_a"] == "scripted:none"
     assert main(["eval", "--stepwise", "--compare", "template", "template", "--tasks", "titanic"]) == 2
     assert "two different policies" in " ".join(capsys.readouterr().err.split())
+    # a later evaluation on the very same states and seeds: --pair-with, then `eval compare`
+    again = tmp_path / "again"
+    assert main(["eval", "--stepwise", "--policy", "scripted:copy", "--pair-with", str(out / "a"), "--tasks",
+                 "titanic", "--out", str(again), "--data-dir", str(data_root), "--json"]) == 0
+    later = StepwiseResult.from_dict(json.loads((again / "stepwise.json").read_text()))
+    assert later.states == a.states and later.seeds == a.seeds and later.draw["headroom"] == "given"
+    capsys.readouterr()
+    assert main(["eval", "compare", str(out / "b"), str(again), "--json"]) == 0
+    same = json.loads(capsys.readouterr().out)["metrics"]["mean_reward"]
+    assert (same["diff"], same["tied"]) == (0.0, 2)  # the same scripted policy: nothing moves
+    assert main(["eval", "--stepwise", "--policy", "scripted:copy", "--pair-with", str(out / "a"), "--tasks",
+                 "penguins", "--out", str(tmp_path / "x"), "--data-dir", str(data_root)]) == 2
+    assert "give --tasks titanic" in " ".join(capsys.readouterr().err.split())
 
 
 def test_the_progress_bar_counts_the_states_run(capsys):

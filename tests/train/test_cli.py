@@ -148,7 +148,9 @@ def test_sft_auto_warm_starts_and_evaluates_before_and_after(tiny, titanic, data
     assert paired["null_control"]["kind"] == "null_halves"
     md = (run / "report" / "report.md").read_text()
     assert "## Before and after training" in md and "| mean reward |" in md and "null control" in md
-    assert "| metric | before | after SFT | after | after SFT − before | after − after SFT |" in md
+    assert "| metric | before | after SFT | after |" in md
+    for a, b in (("before", "after SFT"), ("after SFT", "after"), ("before", "after")):
+        assert f"| metric | {a} | {b} | {b} − {a} (paired) | 95% CI | up / down / tied | states |" in md
     # resumed when done: nothing is collected, fine-tuned or evaluated again
     mtimes = {p: p.stat().st_mtime for p in (run / "collect" / "collect.json", run / "stepwise" / "after.json")}
     code, _ = cli("train", "--resume", str(run), "--data-dir", str(data_root), "--json")

@@ -35,6 +35,10 @@ def add_stepwise_arguments(parser: argparse.ArgumentParser) -> None:
     """The step-wise options (the caller adds `--stepwise` itself, and the eval options)."""
     group = parser.add_argument_group("step-wise evaluation (--stepwise)")
     tree.add_arguments(parser, StepwiseStatesConfig, target=group)
+    group.add_argument("--pair-with", metavar="DIR",
+                       help="evaluate on the very states and sampling seeds of an earlier `--stepwise` folder "
+                            "(its journals, states and seeds; the tasks must be the same), so that `mleforge eval "
+                            "compare DIR OUT` pairs them")
 
 
 def eval_configs(args: argparse.Namespace) -> tuple[EvalConfig, StepwiseStatesConfig]:
@@ -97,24 +101,45 @@ def _policy_options(args: argparse.Namespace, config: EvalConfig, spec: str) -> 
     return {**local, **engine_options(args, spec)}
 
 
+def _pair_with(path: str, tasks: list) -> dict[str, Any]:
+    """The run.json of the `--stepwise` folder `path`: its states, seeds and journals."""
+    from mleforge.errors import ConfigError
+
+    file = Path(path) / RUN_RECORD
+    try:
+        record = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--pair-with {path}: no readable {RUN_RECORD} there ({exc}); give a folder "
+                          "`mleforge eval --stepwise` wrote") from None
+    missing = [k for k in ("states", "seeds", "journals", "tasks") if k not in record]
+    if record.get("kind") != "stepwise" or missing:
+        raise ConfigError(f"--pair-with {path}: not a step-wise evaluation of this version (it lacks "
+                          f"{', '.join(missing) or 'kind stepwise'}); evaluate it again, or give the same --tasks, "
+                          "--states, --state-seed, --journals, --samples and --sample-seed")
+    if sorted(record["tasks"]) != sorted(t.id for t in tasks):
+        raise ConfigError(f"--pair-with {path}: it evaluated tasks {','.join(record['tasks'])}; give --tasks "
+                          f"{','.join(record['tasks'])}")
+    return record
+
+
 def _evaluate(args: argparse.Namespace, config: EvalConfig, chosen: StepwiseStatesConfig, spec: str, draw: Any,
-              tasks: list, registry: Any, executor: Any, out: Path, quiet: bool) -> Any:
+              seeds: tuple[int, ...], draw_journals: Path | str, tasks: list, registry: Any, executor: Any,
+              out: Path, quiet: bool) -> Any:
     """One policy on the draw's states at the chosen seeds; writes run.json and stepwise.json to `out`."""
     from mleforge.agent.prompt_config import PromptConfig
     from mleforge.cli.output import err_console
     from mleforge.eval.contamination import check_contamination
-    from mleforge.eval.stepwise import RESULT_FILE, record_progress, run_stepwise, sample_seeds
+    from mleforge.eval.stepwise import RESULT_FILE, record_progress, run_stepwise
     from mleforge.policies import SamplingConfig, make_policy
 
     out.mkdir(parents=True, exist_ok=True)
     contamination = check_contamination(spec, [t.id for t in tasks], config.train_runs)
     if contamination.warning:
         err_console.print(f"[bold red]warning:[/] {contamination.warning}", highlight=False)
-    seeds = sample_seeds(chosen.sample_seed, chosen.samples)
     sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens, seed=seeds[0])
     record = {"kind": "stepwise", "policy": spec, "tasks": [t.id for t in tasks],
               "states": [s.state_id for s in draw.states], "seeds": list(seeds), "sampling": sampling.to_dict(),
-              "prompt_profile": chosen.prompt_profile, "draw": draw.to_dict(),
+              "prompt_profile": chosen.prompt_profile, "draw": draw.to_dict(), "journals": str(draw_journals),
               "contamination": contamination.to_dict()}
     _write_json(out / RUN_RECORD, record)
     options = {"registry": registry} if spec.partition(":")[0] == "template" else {}
@@ -134,7 +159,7 @@ def _evaluate(args: argparse.Namespace, config: EvalConfig, chosen: StepwiseStat
 
 def cmd_eval_stepwise(args: argparse.Namespace) -> int:
     from mleforge.errors import ConfigError
-    from mleforge.eval.stepwise import draw_states
+    from mleforge.eval.stepwise import draw_states, same_states, sample_seeds
     from mleforge.eval.stepwise_compare import COMPARISON_FILE
     from mleforge.sandbox import make_executor
 
@@ -145,17 +170,28 @@ def cmd_eval_stepwise(args: argparse.Namespace) -> int:
                           "policy, evaluate it twice at different --sample-seed and run `mleforge eval compare "
                           "A B --other-seeds`)")
     registry, tasks = _prepared_tasks(args, config)
+    pair = _pair_with(args.pair_with, tasks) if getattr(args, "pair_with", None) else None
+    if pair is not None and compare:
+        raise ConfigError("--pair-with and --compare: --compare evaluates both policies on one draw already; "
+                          "give one of them")
     out = _out_dir(args, "-vs-".join(compare) if compare else config.policy)
     quiet = bool(getattr(args, "json", False))
     isolation = {"isolation": config.isolation} if config.isolation else {}
     with make_executor(config.executor, **isolation) as executor:
-        draw = draw_states(tasks, n_states=chosen.states, seed=chosen.state_seed, journals=chosen.journals,
-                           work_dir=out / "expert", stages=chosen.stages, headroom=chosen.headroom,
-                           registry=registry, steps=chosen.expert_steps, executor=executor, progress=not quiet)
+        if pair is not None:
+            journals = pair["journals"]
+            draw = same_states(tasks, pair["states"], journals=journals)
+            seeds = tuple(pair["seeds"])
+        else:
+            journals = Path(chosen.journals).resolve() if chosen.journals else out / "expert"
+            draw = draw_states(tasks, n_states=chosen.states, seed=chosen.state_seed, journals=chosen.journals,
+                               work_dir=out / "expert", stages=chosen.stages, headroom=chosen.headroom,
+                               registry=registry, steps=chosen.expert_steps, executor=executor, progress=not quiet)
+            seeds = sample_seeds(chosen.sample_seed, chosen.samples)
         _print_draw(draw, quiet)
         folders = [out / "a", out / "b"] if compare else [out]
-        results = [_evaluate(args, config, chosen, spec, draw, tasks, registry, executor, folder, quiet)
-                   for spec, folder in zip(compare or [config.policy], folders)]
+        results = [_evaluate(args, config, chosen, spec, draw, seeds, journals, tasks, registry, executor, folder,
+                             quiet) for spec, folder in zip(compare or [config.policy], folders)]
     if compare:
         return _finish_comparison(results[0], results[1], (compare[0], compare[1]), out / COMPARISON_FILE, quiet,
                                   other_seeds=False)

@@ -184,15 +184,7 @@ def draw_states(tasks: Sequence[Task], *, n_states: int, seed: int,
     records = _load_records(tasks, journals, work_dir, registry=registry, episodes=episodes, steps=steps,
                             executor=executor, progress=progress, console=console)
     ids = [t.id for t in tasks]
-    by_task: dict[str, dict[str, State]] = {t: {} for t in ids}
-    for journal in records:
-        if journal.task_id in by_task:
-            for state in _journal_states(journal):
-                if state.stage in stages:
-                    by_task[journal.task_id].setdefault(state.state_id, state)
-    if not any(by_task.values()):
-        raise ConfigError(f"no {'/'.join(stages)} states in the journals of {', '.join(ids)}; "
-                          "collect expert journals of these tasks first (mleforge collect)")
+    by_task = _candidates(ids, records, stages)
     baseline, by_id = _baselines(tasks, reward_config), {t.id: t for t in tasks}
     rng = np.random.default_rng(seed)
     queues, flat = [], []  # per task, shuffled: states with headroom (or unknown), states without
@@ -216,6 +208,35 @@ def draw_states(tasks: Sequence[Task], *, n_states: int, seed: int,
                           "(every one's reference score is the metric's perfect value); evaluate on tasks where "
                           "scores can improve, or draw with headroom 'prefer' or 'any'")
     return StateDraw(tuple(chosen), candidates, headroom, tuple(dropped), filled)
+
+
+def _candidates(ids: Sequence[str], records: Sequence[Journal], stages: Sequence[str]) -> dict[str, dict[str, State]]:
+    """{task id: {state id: state}} of every state along the journals of the tasks `ids` whose
+    stage is in `stages`; refused when there is none."""
+    by_task: dict[str, dict[str, State]] = {t: {} for t in ids}
+    for journal in records:
+        if journal.task_id in by_task:
+            for state in _journal_states(journal):
+                if state.stage in stages:
+                    by_task[journal.task_id].setdefault(state.state_id, state)
+    if not any(by_task.values()):
+        raise ConfigError(f"no {'/'.join(stages)} states in the journals of {', '.join(ids)}; "
+                          "collect expert journals of these tasks first (mleforge collect)")
+    return by_task
+
+
+def same_states(tasks: Sequence[Task], state_ids: Sequence[str], *,
+                journals: str | Path | Sequence[Journal]) -> StateDraw:
+    """The states `state_ids`, in that order, from `journals`: an earlier evaluation's draw, for
+    another policy to be evaluated on the very same states (whatever their headroom)."""
+    by_task = _candidates([t.id for t in tasks], _load_records(tasks, journals, None), ("draft", "debug", "improve"))
+    found = {sid: state for states in by_task.values() for sid, state in states.items()}
+    missing = [sid for sid in state_ids if sid not in found]
+    if missing:
+        raise ConfigError(f"{len(missing)} of the {len(state_ids)} states (e.g. {missing[0][:12]}) are not in the "
+                          f"journals {journals if isinstance(journals, (str, Path)) else '(records)'} of "
+                          f"{', '.join(t.id for t in tasks)}; give the journals and tasks the first evaluation used")
+    return StateDraw(tuple(found[sid] for sid in state_ids), len(found), "given")
 
 
 def _room(state: State, task: Task, baseline: Callable[[str], float | None]) -> bool:
