@@ -86,8 +86,8 @@ def test_eval_tasks_leave_the_group_and_the_reward_neutral_reaches_the_curriculu
 
     cpu = TrainConfig()
     assert (cpu.eval_tasks, cpu.stepwise.states, cpu.stepwise.engine, cpu.stepwise.quantization) == (
-        "diabetes,telco-churn", 8, "auto", None)
-    assert (cpu.stepwise.after_sft, cpu.stepwise.headroom) == (True, "prefer")
+        "diabetes,telco-churn", 6, "auto", None)
+    assert (cpu.stepwise.after_sft, cpu.stepwise.headroom, cpu.stepwise.samples) == (True, "prefer", 2)
     gpu = TrainConfig.preset_config("gpu-1x").stepwise
     assert (gpu.states, gpu.samples, gpu.after_sft) == (16, 4, True)
     assert cpu.learnability.improve_neutral == 0.5

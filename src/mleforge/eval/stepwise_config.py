@@ -34,11 +34,14 @@ class StepwiseConfig:
         "aliases": ("--eval-after-sft",),
         "help": "also evaluate the warm start's model on the same states, between before and after, so "
                 "that the warm start's change and GRPO's own are apart"})
-    states: int = field(default=8, metadata={
+    # The cpu preset's size: 6 states x 2 seeds at each of the three evaluations, chosen to keep the
+    # main job short (docs/guide/evaluation.md, "Sizing"); gpu-1x evaluates 16 x 4.
+    states: int = field(default=6, metadata={
         "aliases": ("--stepwise-states",), "help": "states of the evaluation before and after (with headroom)"})
     samples: int = field(default=2, metadata={
         "aliases": ("--stepwise-samples",),
-        "help": "completions per state, one per sampling seed (seed, seed + 1, ...)"})
+        "help": "completions per state, one per sampling seed (seed, seed + 1, ...); 2 or more gives a null "
+                "control (the seeds in halves)"})
     headroom: str = field(default="prefer", metadata={
         "choices": HEADROOM_CHOICES, "aliases": ("--stepwise-headroom",),
         "help": "states whose reference score is the metric's perfect value: prefer (drawn only to fill up, "
