@@ -278,6 +278,6 @@ def cmd_eval_compare(args: argparse.Namespace) -> int:
         print_json(control.to_dict())
         return 0
     columns, rows = comparison_rows(control)
-    print_table("null control: one evaluation's seeds in halves", list(columns), [list(r) for r in rows])
+    print_table(f"null control of {control.policy_a}: its seeds in halves", list(columns), [list(r) for r in rows])
     err_console.print(comparison_caption(control), highlight=False)
     return 0

@@ -59,7 +59,7 @@ class StageSettings:
     run_timeout_s: float | None
     policy_options: dict[str, Any] = field(default_factory=dict)
     samples: int = 1  # k: completions per state, at sampling seeds seed, seed + 1, ...
-    headroom: str = "require"  # the draw's (mleforge.eval.stepwise.draw_states)
+    headroom: str = "prefer"  # the draw's (mleforge.eval.stepwise.draw_states): never stops a run
 
 
 def make_local_policy(spec: str, options: dict[str, Any]) -> Policy:

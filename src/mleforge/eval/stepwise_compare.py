@@ -127,8 +127,8 @@ def null_control(result: StepwiseResult, label: str = "") -> StepwiseComparison:
     kept = result.headline_records
     ra = [r for r in kept if r.seed in first]
     rb = [r for r in kept if r.seed in second]
-    name = label or result.policy
-    return StepwiseComparison(f"{name} seeds {sorted(first)}", f"{name} seeds {sorted(second)}", result.policy,
+    name = f"{label} " if label else ""  # the policy is in policy_a and policy_b
+    return StepwiseComparison(f"{name}seeds {sorted(first)}", f"{name}seeds {sorted(second)}", result.policy,
                               result.policy, tuple(dict.fromkeys(r.state_id for r in kept)), seeds[:half],
                               seeds[half:], _differences(ra, rb), result.no_headroom["n_states"], "null_halves")
 
