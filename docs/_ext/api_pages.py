@@ -45,6 +45,8 @@ def pages(src: Path) -> dict[str, str]:
         title = PACKAGE if top == CORE else f"{PACKAGE}.{top}"
         lines = [HEADER, title, "=" * len(title), ""]
         for name in names:
+            if name != title:  # each module under a heading of its own, for the page's contents
+                lines += [name, "-" * len(name), ""]
             lines += [f".. automodule:: {name}", "   :members:", "   :ignore-module-all:",
                       "   :show-inheritance:", ""]
         out[top] = "\n".join(lines)
