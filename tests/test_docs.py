@@ -181,6 +181,9 @@ def test_docstrings_are_read_as_plain_text():
         "",
         "Body.",
     ]
+    # a docstring that announces its literal block itself keeps it as it is
+    assert reader.plain_to_rst(["Example::", "", "    code = 1", "Text."]) == [
+        "Example::", "", "        code = 1", "", "Text."]
 
 
 def test_readme_example_runs(data_root, tmp_path):

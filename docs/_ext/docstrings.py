@@ -73,9 +73,11 @@ def plain_to_rst(lines: list[str]) -> list[str]:
             continue
         if indent > 0:
             # an indented block: kept as written, up to the next line back at the margin
+            announced = next((line for line in reversed(out) if line.strip()), "").endswith("::")
             if previous.strip():
                 out.append("")
-            out += ["::", ""]
+            if not announced:  # a docstring already written as reStructuredText says `::` itself
+                out += ["::", ""]
             while i < n and (not lines[i].strip() or _indent(lines[i]) > 0):
                 out.append("    " + lines[i].rstrip() if lines[i].strip() else "")
                 i += 1
