@@ -56,14 +56,15 @@ and `paired_difference`: learnability minus uniform, seed by seed.
 from __future__ import annotations
 
 import argparse
-import json
 import math
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from _record import table, write_result
 from mleforge.agent.execution import ExecutionSummary
 from mleforge.agent.state import State
 from mleforge.curriculum.buffer import StateBuffer
@@ -310,9 +311,27 @@ def main(argv: list[str] | None = None) -> dict:
     result = run_benchmark(args)
     print_report(result)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1))
+        ran = [__file__, *(sys.argv[1:] if argv is None else argv)]
+        write_result(args.out, "curriculum", result_table(result), argv=ran, **result)
     return result
+
+
+def result_table(result: dict) -> dict:
+    """The results page's table: each sampler's figures (mean ± sd over seeds) and the paired difference."""
+    a = result["config"]
+    rows = [[kind, f"{r['frac_zero_std_groups']:.3f} ± {r['frac_zero_std_groups_sd']:.3f}",
+             round(r["reward_per_rollout_mean"], 3), f"{r['seed_success_final']:.3f} ± {r['seed_success_final_sd']:.3f}",
+             round(r["buffer_states"][-1])] for kind, r in ((k, result[k]) for k in SAMPLERS)]
+    if "paired_difference" in result:
+        d = result["paired_difference"]
+        rows.append(["learnability - uniform (paired)",
+                     *(f"{d[key]['mean']:+.3f} ± {d[key]['sd']:.3f}" for key in ("frac_zero_std_groups",
+                                                                                  "reward_per_rollout_mean")),
+                     f"{d['seed_success_final']['mean']:+.3f} ± {d['seed_success_final']['sd']:.3f}", None])
+    title = (f"SIMULATED learner, LP {a['lp_variant']}: {a['seeds']} seeds x {a['steps']} steps x {a['groups']} "
+             f"groups x G={a['group_size']} (mean ± sd over seeds)")
+    return table(title, ["sampler", "tied groups (frac)", "reward / rollout", "seed success at end",
+                         "live states at end"], rows)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -34,6 +33,8 @@ import time
 from pathlib import Path
 
 import pandas as pd
+
+from _record import print_table, table, write_result
 
 CASES = ("fields", "commas", "long_line", "probabilities", "carriage_return")
 HEADER = b"PassengerId,Survived\n"
@@ -137,10 +138,25 @@ def main() -> None:
         for backoff in (0, None):
             poll.append(poll_cost(args.files, args.poll_s, backoff))
             print(json.dumps(poll[-1]), flush=True)
-    result = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
-              "grading": grading, "poll": poll}
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2))
+    costs = table("grading hostile submissions on titanic, each in a fresh process",
+                  ["case", "bytes", "CPU s", "wall s", "peak RSS MB", "RSS growth MB", "outcome"],
+                  [[g["case"], g["bytes"], g["cpu_s"], g["wall_s"], g["peak_rss_mb"], g["rss_growth_mb"],
+                    _outcome(g)] for g in grading])
+    print_table(costs)
+    extra_tables = []
+    if poll:
+        extra_tables.append(table(f"the disk poll's CPU over a workspace of {args.files:,} files",
+                                  ["back-off", "checks", "run s", "CPU s", "CPU share"],
+                                  [[p["backoff"], p["checks"], p["run_s"], p["cpu_s"], p["cpu_share"]]
+                                   for p in poll]))
+        print_table(extra_tables[0])
+    write_result(args.out, "hostile_grading", costs, tables=extra_tables, grading=grading, poll=poll)
+
+
+def _outcome(graded: dict) -> str:
+    if graded.get("raised"):
+        return f"raised: {graded['raised']}"
+    return "valid" if graded["valid"] else f"invalid: {graded['reason']}"
 
 
 if __name__ == "__main__":

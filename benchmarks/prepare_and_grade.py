@@ -14,9 +14,8 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from _record import table, write_result
 from mleforge.grading.grader import grade
 from mleforge.reference.leaderboard import build_leaderboard, library_versions
 from mleforge.tasks.preparation import prepare
@@ -106,11 +106,21 @@ def main(argv: list[str] | None = None) -> int:
     totals["leaderboard_entries"] = sum(r["leaderboard_entries"] for r in built) if built else None
     render(rows, totals, console)
     if args.out:
-        result = {"machine": platform.platform(), "python": platform.python_version(),
-                  "versions": library_versions(), "tasks": rows, "totals": totals}
-        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        ran = [__file__, *(sys.argv[1:] if argv is None else argv)]
+        write_result(args.out, "prepare_and_grade", result_table(rows, totals), argv=ran,
+                     versions=library_versions(), tasks=rows, totals=totals)
         console.print(f"wrote {args.out}")
     return 0
+
+
+def result_table(rows: list[dict], totals: dict) -> dict:
+    """The results page's table: the printed one, seconds per stage and task."""
+    columns = ["task", "train rows", "test rows", "prepare s", "verify s", "grade s", "leaderboard s", "entries"]
+    body = [[r["id"], r["train_rows"], r["test_rows"], *(r[s] for s in STAGES), r["leaderboard_entries"]]
+            for r in rows]
+    body.append(["total", totals["train_rows"], totals["test_rows"], *(totals[s] for s in STAGES),
+                 totals["leaderboard_entries"]])
+    return table("built-in suite: prepare, verify, grade, leaderboard (seconds)", columns, body)
 
 
 if __name__ == "__main__":

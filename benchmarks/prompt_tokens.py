@@ -31,6 +31,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from _record import table as record_table
+from _record import write_result
 from mleforge.agent.actions import edit_blocks, write_action
 from mleforge.agent.elision import target_view
 from mleforge.agent.journal import Journal
@@ -181,7 +183,15 @@ def main() -> int:
               "states": len(states), "compact_code_chars": COMPACT_CODE_CHARS, "by_profile_stage": table,
               "code_chars_sweep": sweep, "rows": rows, "seconds": round(time.perf_counter() - start, 1),
               "python": sys.version.split()[0]}
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    main_table = record_table(f"prompt tokens ({MODEL} tokenizer, chat template applied), {len(states)} states",
+                              ["profile/stage", "n", "mean", "min", "median", "p95", "max"],
+                              [[key, *(s[k] for k in ("n", "mean", "min", "median", "p95", "max"))]
+                               for key, s in table.items()])
+    sweep_table = record_table("compact profile: script budget against tokens and the expert's edits it shows",
+                               ["code_chars", "debug mean", "improve mean", "expert edits visible"],
+                               [[s["code_chars"], s["debug_mean"], s["improve_mean"],
+                                 f"{s['edits_visible']}/{s['expert_edits']}"] for s in sweep])
+    write_result(args.out, "prompt_tokens", main_table, tables=[sweep_table], **result)
 
     out = Table(title=f"prompt tokens ({MODEL} tokenizer, chat template applied), {len(states)} states")
     for column in ("profile/stage", "n", "mean", "min", "median", "p95", "max"):
