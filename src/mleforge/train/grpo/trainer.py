@@ -29,7 +29,8 @@ micro-batch holds one prompt's rows, which makes a group's update several times 
 one sequence at a time (`python benchmarks/lm_head.py --group 4`).
 With ModelConfig.prompt_grad off (the cpu preset's) the prompt but its last token runs without a
 graph (`_detached_prompt_logits`), so the backward pass covers the completions only. Where Triton
-runs (a GPU), TRL's own path runs as it is, with the exact gradient, whatever prompt_grad says.
+runs (a GPU), and wherever several processes train (DDP's wrapper syncs gradients on one forward
+through it), TRL's own path runs as it is, with the exact gradient, whatever prompt_grad says.
 
 Imports TRL: use it only where the `train` extra is installed.
 """
@@ -110,7 +111,9 @@ class CurriculumGRPOTrainer(GRPOTrainer):
                                            batch_size: int | None = None, compute_entropy: bool = False,
                                            **kwargs: Any) -> Any:
         extra = {k: v for k, v in kwargs.items() if v is not None and v is not False}
-        if extra or compact_head_native(input_ids.device):
+        # Several processes: `model` is DDP's wrapper, whose gradient sync needs one forward through
+        # it per backward; the shared-prompt forwards below are two, so TRL's own path runs there.
+        if extra or compact_head_native(input_ids.device) or self.accelerator.num_processes > 1:
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
                 compute_entropy=compute_entropy, **kwargs)
