@@ -109,6 +109,7 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, *, registry: T
                          "or pass another --run-dir")
     plan = preflight(config, registry)
     ranks = process_ranks(plan.device)
+    check_processes(plan, folder, ranks)
     ranks.wait()  # every rank has looked for a run there before the main process writes one
     if ranks.main:
         folder.mkdir(parents=True, exist_ok=True)
