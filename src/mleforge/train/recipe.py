@@ -109,7 +109,6 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, *, registry: T
                          "or pass another --run-dir")
     plan = preflight(config, registry)
     ranks = process_ranks(plan.device)
-    check_processes(plan, folder, ranks)
     ranks.wait()  # every rank has looked for a run there before the main process writes one
     if ranks.main:
         folder.mkdir(parents=True, exist_ok=True)
@@ -153,7 +152,6 @@ def _run(plan: Plan, folder: Path, registry: TaskRegistry, progress: bool, rende
     started = time.monotonic()
     config = plan.config
     ranks = process_ranks(plan.device)
-    check_processes(plan, folder, ranks)
     from mleforge.curriculum.buffer import StateBuffer
 
     if ranks.main:
@@ -167,7 +165,7 @@ def _run(plan: Plan, folder: Path, registry: TaskRegistry, progress: bool, rende
     try:
         if ranks.main:
             buffer = StateBuffer(folder, config.buffer, config.learnability)
-            set_up(plan, folder, registry, executor, buffer, progress, console)
+            set_up(plan, folder, registry, executor, buffer, progress, console, apart=ranks.count > 1)
         ranks.wait()  # the main process's set-up is done: tasks, seeds, warm start, recovery
         if executor is None:  # each rank executes its own rollouts
             executor = _executor(config, folder)
@@ -191,11 +189,11 @@ def _run(plan: Plan, folder: Path, registry: TaskRegistry, progress: bool, rende
 
 
 def set_up(plan: Plan, folder: Path, registry: TaskRegistry, executor: Executor, buffer: StateBuffer, progress: bool,
-           console: Console | None) -> None:
+           console: Console | None, *, apart: bool = False) -> None:
     """Everything before the trainer, on the main process: the step-wise evaluation of the model
     as given (beside the expert's collection when --sft auto collects: mleforge.eval.background),
     the buffer's seeds, the warm start and its evaluation, and the recovery to the last complete
-    checkpoint."""
+    checkpoint. `apart`: the warm start's SFT runs in a process of its own (a multi-process launch)."""
     config = plan.config
     before: BeforeEvaluation | None = None
     try:
@@ -208,21 +206,13 @@ def set_up(plan: Plan, folder: Path, registry: TaskRegistry, executor: Executor,
         before.wait()
         if buffer.sealed_step is None:
             seed_buffer(plan, folder, buffer, collected, registry, executor)
-        spec = warm_start(plan, folder, collected, progress, console)
+        spec = warm_start(plan, folder, collected, progress, console, apart=apart)
         if config.warm_start_mode != "none" and config.stepwise.after_sft:  # the warm start's share of the change
             stepwise_evaluation(plan, folder, spec, "sft", registry, executor, progress, console=console)
         recover(folder, buffer)
     finally:
         if before is not None:
             before.stop()  # a failure while it ran alongside: none of its runs outlives the executor
-
-
-def check_processes(plan: Plan, folder: Path, ranks: Ranks) -> None:
-    """What a launch of several processes cannot do, refused on every rank alike."""
-    if ranks.count > 1 and plan.config.warm_start_mode == "auto" and sft_done(folder) is None:
-        raise TrainError(f"--sft auto's warm start (collect, then SFT) runs in one process, and this launch has "
-                         f"{ranks.count}: make it first (`mleforge collect` and `mleforge sft`, then --sft PATH; "
-                         f"or start the run in one process and resume it with {ranks.count}), or pass --sft none")
 
 
 def _train_and_save(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, executor: Executor,
