@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -146,12 +146,12 @@ def resume(run_dir: str | Path, *, registry: TaskRegistry | None = None, progres
 
 def _run(plan: Plan, folder: Path, registry: TaskRegistry, progress: bool, renderer: Renderer | None,
          callbacks: Sequence[TrainerCallback] = (), console: Console | None = None) -> TrainResult:
+    ranks = process_ranks(plan.device)
     done = finished_run(folder)
     if done is not None:
-        return done
+        return replace(done, rank=ranks.index)
     started = time.monotonic()
     config = plan.config
-    ranks = process_ranks(plan.device)
     from mleforge.curriculum.buffer import StateBuffer
 
     if ranks.main:
