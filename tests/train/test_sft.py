@@ -134,7 +134,8 @@ def test_the_warm_start_of_a_multi_process_launch_runs_sft_outside_the_launch(ti
     monkeypatch.setattr(subprocess, "run", functools.partial(subprocess.run, timeout=300))
     samples = write(tmp_path / "samples.jsonl", [sample("titanic", "debug", "def add(a, b):", ANSWER)] * 2)
     config = SFTRunConfig(samples=str(samples), out=str(tmp_path / "run" / "sft"), model=ModelConfig(spec=f"hf:{tiny}"),
-                          sft={"max_steps": 2, "batch_size": 2, "grad_accum": 1, "save_steps": 10}, seed=1)
+                          sft={"max_steps": 2, "batch_size": 2, "grad_accum": 1, "save_steps": 10, "loss_samples": 1},
+                          seed=1)
     result = warm_start.run_sft_apart(config)
     assert result == finished_sft(tmp_path / "run" / "sft") and result.steps == 2 and result.samples == 2
     assert (Path(result.model_dir) / "adapter_config.json").is_file()
