@@ -11,10 +11,13 @@ Every rank runs the recipe; what each does (docs/guide/distributed.md):
     buffer's sealed snapshot, the seed and the step), generates and executes its share of
     the step's rollouts (TRL's split) in its own executor, and trains on them.
 
-The ranks wait for the main process's set-up on a gloo group of their own whose timeout is
-`SETUP_TIMEOUT` (the default process group's, 10 to 30 minutes, is far shorter than a
-warm start or an evaluation on a CPU). A rank that fails ends the launch: torchrun (under
-`accelerate launch`) stops the others.
+Two timeouts. The ranks wait for the main process's set-up on a gloo group of their own whose
+timeout is `SETUP_TIMEOUT` (torch's defaults, 10 minutes for NCCL and 30 for gloo, are far
+shorter than a warm start or an evaluation on a CPU), in CPU sockets rather than a kernel
+that holds a GPU. The default group, which TRL's gathers use every step, gets `STEP_TIMEOUT`:
+a rank whose rollouts' scripts run long (each up to its task's time limit) keeps the others
+waiting in the step's gather of rewards that long. A rank that fails ends the launch: torchrun
+(under `accelerate launch`) stops the others.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from functools import cache
 from typing import Any
 
 SETUP_TIMEOUT = timedelta(days=2)
+STEP_TIMEOUT = timedelta(hours=3)
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,9 @@ def process_ranks(device: str) -> Ranks:
     accelerator's backend between GPU ones): one process where nothing launched several."""
     from accelerate import PartialState
 
-    state = PartialState(cpu=device == "cpu")  # the CPU processes of a launch talk over gloo
+    # The CPU processes of a launch talk over gloo. The timeout is the default group's where this
+    # starts it (the first call in the process).
+    state = PartialState(cpu=device == "cpu", timeout=STEP_TIMEOUT)
     if state.num_processes == 1:
         return Ranks()
     _setup_group()  # collective: every rank makes it here, in the same order
