@@ -100,7 +100,8 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         fresh = self.model.training and (
             self._step % (self.args.steps_per_generation * self.num_iterations) == 0 or self._buffered_inputs is None)
         inputs = super()._prepare_inputs(generation_batch)
-        if fresh and self.args.steps_per_generation > 1 and not compact_head_native(self.accelerator.device):
+        if fresh and self.args.steps_per_generation > 1 and not compact_head_native(self.accelerator.device) \
+                and self.accelerator.num_processes == 1:  # several processes do not share prompts (below)
             regrouped = regroup_by_prompt(self._buffered_inputs)
             if regrouped is not None:
                 self._buffered_inputs = regrouped
