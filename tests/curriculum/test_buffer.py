@@ -39,6 +39,28 @@ def test_layout_pragmas_and_stored_configs(tmp_path):
     assert again.config.last_k == 3 and again.learnability == FLAT
 
 
+def test_a_reader_sees_the_writers_steps_and_cannot_write(tmp_path):
+    """The other ranks of a multi-process run read the buffer the main process owns."""
+    buf = make(tmp_path)
+    with pytest.raises(StateBufferError, match="no state buffer"):
+        StateBuffer(tmp_path / "elsewhere", writer=False)  # a reader creates nothing
+    s = idea_state("alpha", 0)
+    buf.offer([s], seed=True)
+    buf.seal(SETUP_STEP)
+    reader = StateBuffer(tmp_path, writer=False)
+    assert reader.snapshot(SETUP_STEP).states == buf.snapshot(SETUP_STEP).states
+    for write in (lambda: reader.offer([idea_state("alpha", 1)], seed=True), lambda: reader.seal(0),
+                  lambda: reader.record([rec(s, 1.0)], step=0)):
+        with pytest.raises(StateBufferError, match="rank 0"):
+            write()
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):  # below the methods too (query_only)
+        reader._conn.execute("DELETE FROM states")
+    buf.apply_feedback(0, [rec(s, 1.0)], [])
+    assert reader.snapshot(0, wait_s=1.0).rollouts_counted == 1  # the writer's step, as it sealed it
+    assert reader.counts() == buf.counts() and reader.counts()["rollouts"] == 1
+    reader.close()
+
+
 def test_offer_dedupes_and_keeps_provenance(tmp_path):
     buf = make(tmp_path)
     seed = idea_state("alpha", 0)

@@ -102,6 +102,29 @@ def test_killed_preparer_leaves_nothing_usable(tiny, tmp_path):
     assert not list(tiny.data_dir.glob(".staging-*"))
 
 
+def test_processes_preparing_one_task_at_once_prepare_it_once(tiny):
+    """The ranks of a multi-process run (or any two commands) preparing the same task: one
+    prepares it, the others wait and find it prepared; nothing is half-written or prepared twice."""
+    marks = tiny.data_dir.parent / "preparer-ran"
+    (tiny.spec.folder / "prepare.py").write_text(PREPARE.replace(
+        'private / "answers.csv", index=False)',
+        f'private / "answers.csv", index=False)\n    import os, time\n'
+        f'    open({str(marks)!r}, "a").write(str(os.getpid()) + "\\n"); time.sleep(1)'))
+    code = textwrap.dedent(f"""
+        from mleforge.tasks.registry import TaskRegistry
+        from mleforge.tasks.preparation import prepare
+        r = TaskRegistry(task_dirs=[{str(tiny.spec.folder.parent)!r}], include_builtin=False,
+                         data_dir={str(tiny.data_dir.parent)!r}, mlebench=False)
+        print(prepare(r.get("tiny")).status)
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    statuses = sorted(p.communicate(timeout=120)[0].strip() for p in procs)
+    assert [p.returncode for p in procs] == [0, 0]
+    assert statuses == ["prepared", "verified"]
+    assert len(marks.read_text().splitlines()) == 1
+    assert verify(tiny) is None and not list(tiny.data_dir.glob(".staging-*"))
+
+
 def test_preparer_that_leaks_answers_is_refused(tiny):
     (tiny.spec.folder / "prepare.py").write_text(PREPARE + textwrap.dedent('''
         _original = prepare

@@ -115,3 +115,30 @@ def test_a_run_written_before_a_setting_existed_resumes_when_it_has_the_default(
     with pytest.raises(TrainError, match=r"different model"):
         _check_same_run(tmp_path, SFTRunConfig(samples="s.jsonl", out=str(tmp_path),
                                                model=ModelConfig(lora_layers=12)))
+
+
+def test_the_warm_start_of_a_multi_process_launch_runs_sft_outside_the_launch(tiny, tmp_path, monkeypatch):
+    """The main process of `accelerate launch --num_processes N` makes --sft auto's warm start in a
+    process of its own: one that inherited the rank's launch variables would wait for peers forever
+    (the timeout below turns that into a failure)."""
+    import functools
+    import subprocess
+
+    from mleforge.train import warm_start
+    from mleforge.train.sft import finished_sft
+
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "TORCHELASTIC_RUN_ID": "x"}.items():
+        monkeypatch.setenv(name, value)
+    assert warm_start.solo_environment({"RANK": "1", "TORCHELASTIC_RUN_ID": "x", "PATH": "/bin"}) == {"PATH": "/bin"}
+    monkeypatch.setattr(subprocess, "run", functools.partial(subprocess.run, timeout=300))
+    samples = write(tmp_path / "samples.jsonl", [sample("titanic", "debug", "def add(a, b):", ANSWER)] * 2)
+    config = SFTRunConfig(samples=str(samples), out=str(tmp_path / "run" / "sft"), model=ModelConfig(spec=f"hf:{tiny}"),
+                          sft={"max_steps": 2, "batch_size": 2, "grad_accum": 1, "save_steps": 10, "loss_samples": 1},
+                          seed=1)
+    result = warm_start.run_sft_apart(config)
+    assert result == finished_sft(tmp_path / "run" / "sft") and result.steps == 2 and result.samples == 2
+    assert (Path(result.model_dir) / "adapter_config.json").is_file()
+    broken = SFTRunConfig(**{**config.__dict__, "samples": str(tmp_path / "none.jsonl"), "out": str(tmp_path / "b")})
+    with pytest.raises(TrainError, match="exit code 2"):
+        warm_start.run_sft_apart(broken)

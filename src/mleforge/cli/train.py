@@ -73,6 +73,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         config = train_config(args)
         result = train(config, args.run_dir, registry=_registry(args), progress=not as_json, console=err_console)
+    if result.rank:  # launched as several processes: the main process reports
+        return 0
     if as_json:
         print_json(result.to_dict())
         return 0

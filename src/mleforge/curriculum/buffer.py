@@ -32,7 +32,10 @@ write concurrently (executor workers offering states, a trainer updating):
 writers serialize on `BEGIN IMMEDIATE` and recompute aggregates from events
 inside their transaction, so no update is lost.
 
-Use one StateBuffer per process (a forked child reopens its own connection).
+Use one StateBuffer per process (a forked child reopens its own connection). A process
+that must not write (the other ranks of a multi-process trainer, whose main process owns
+the buffer) opens it with `writer=False`: SQLite's `query_only` refuses every change on its
+connection, and a write method raises StateBufferError saying so.
 """
 
 from __future__ import annotations
@@ -106,9 +109,11 @@ class StateBuffer:
         learnability: LearnabilityConfig | None = None,
         *,
         create: bool = True,
+        writer: bool = True,
     ):
         self.path = buffer_path(path)
-        self._create = create
+        self.writer = writer
+        self._create = create and writer  # a reader opens a buffer that exists
         self._conn_obj: sqlite3.Connection | None = None
         self._pid = -1
         self.config = config or BufferConfig()
@@ -123,7 +128,7 @@ class StateBuffer:
         if learnability is None:
             learnability = LearnabilityConfig.from_dict(stored_lp) if stored_lp else LearnabilityConfig()
         self.learnability = learnability
-        if stored_lp is None:
+        if stored_lp is None and self.writer:
             with self._write() as cur:
                 if get_meta(cur, "learnability_config") is None:
                     put_meta(cur, "learnability_config", learnability.to_dict())
@@ -135,6 +140,8 @@ class StateBuffer:
         # A connection must not cross fork(): a child reopens its own.
         if self._conn_obj is None or self._pid != os.getpid():
             self._conn_obj = connect(self.path, self.config, create=self._create)
+            if not self.writer:
+                self._conn_obj.execute("PRAGMA query_only = ON")
             self._pid = os.getpid()
         return self._conn_obj
 
@@ -151,6 +158,9 @@ class StateBuffer:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        if not self.writer:
+            raise StateBufferError(f"{self.path} was opened to read (writer=False): in a multi-process run the "
+                                   "main process (rank 0) alone writes the buffer")
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")

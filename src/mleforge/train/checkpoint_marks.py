@@ -6,7 +6,8 @@ folder that looks like a checkpoint and is not one. After the trainer has saved 
 `checkpoint_callback` writes `mleforge_checkpoint.json` into the folder, last; only folders
 holding it count (`last_checkpoint`). It also writes the model marker and the run record
 beside the weights, so `hf:<run>/checkpoints/checkpoint-<step>` loads and is guarded against
-contamination like the final model.
+contamination like the final model. In a launch of several processes the main process writes
+the mark once every rank has saved its part.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def checkpoint_callback(*, full: bool, base_spec: str, run_record: dict[str, Any
 
     class CompleteCheckpoint(TrainerCallback):
         def on_save(self, args, trainer_state, control, **kwargs):
+            from accelerate import PartialState
+
+            PartialState().wait_for_everyone()  # every rank's part (its RNG state) is written before the mark
             if not trainer_state.is_world_process_zero:
                 return
             folder = Path(args.output_dir) / f"{PREFIX}{trainer_state.global_step}"

@@ -36,13 +36,13 @@ def preflight(config: TrainConfig, registry: TaskRegistry) -> Plan:
     source = check_model(config.model)
     _check_warm_start(config, tasks)
     import torch
-    from accelerate import PartialState
 
     from mleforge.train.grpo.generation import resolve_generation
     from mleforge.train.model import resolve_bf16, resolve_device
+    from mleforge.train.ranks import process_ranks
 
     device = resolve_device(torch, config.model.device)
-    world = PartialState().num_processes
+    world = process_ranks(device).count  # the processes `accelerate launch` started (1 without it)
     if config.sequences_per_step % (config.micro_batch * world):
         raise TrainError(f"{config.sequences_per_step} sequences a step do not split into micro-batches of "
                          f"{config.micro_batch} on {world} processes; change --groups-per-step or micro_batch")

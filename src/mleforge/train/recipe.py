@@ -4,7 +4,7 @@
     train(config, run_dir)         a new run
     resume(run_dir)                continue a run after a crash or a SIGKILL, at any moment
 
-A run, top to bottom (`_run`, then `_train_and_save`):
+A run, top to bottom (`_run`, `set_up`, then `_train_and_save`):
 
     prepare the tasks -> the executor -> the state buffer
     -> the step-wise evaluation before (the model as given; beside the expert's collection
@@ -13,6 +13,10 @@ A run, top to bottom (`_run`, then `_train_and_save`):
     -> warm start (mleforge.train.warm_start) -> the step-wise evaluation after it (stepwise.after_sft)
     -> recover (back to the last complete checkpoint) -> build the GRPO trainer (mleforge.train.grpo)
     -> train -> save final/ -> the step-wise evaluation after -> run.json and the report
+
+Launched as several processes (`accelerate launch --num_processes N`), the main process alone
+does the set-up (everything before the trainer) and writes the run directory; the others wait
+for it, read the buffer, and train beside it (mleforge.train.ranks).
 
 The run directory's layout is mleforge.runs'. Progress goes to the `console` the caller
 passes (the CLI's stderr console), stderr by default.
@@ -29,7 +33,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +58,7 @@ from mleforge.train.config import TrainConfig, upgrade_train_dict
 from mleforge.train.errors import TrainError
 from mleforge.train.plan import Plan, run_record
 from mleforge.train.preflight import preflight
+from mleforge.train.ranks import Ranks, process_ranks
 from mleforge.train.warm_start import collect_expert, sft_done, warm_start
 from mleforge.utils.atomic import atomic_write
 
@@ -78,6 +83,7 @@ class TrainResult:
     final_model: str
     report: str | None
     wall_s: float
+    rank: int = 0  # this process's, in a launch of several (the main process's is 0)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -102,8 +108,11 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, *, registry: T
         raise TrainError(f"{folder} holds a run already; continue it with `mleforge train --resume {folder}`, "
                          "or pass another --run-dir")
     plan = preflight(config, registry)
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write(folder / CONFIG_FILE, yaml.safe_dump(plan.config.to_dict(), sort_keys=False))
+    ranks = process_ranks(plan.device)
+    ranks.wait()  # every rank has looked for a run there before the main process writes one
+    if ranks.main:
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write(folder / CONFIG_FILE, yaml.safe_dump(plan.config.to_dict(), sort_keys=False))
     return _run(plan, folder, registry, progress, renderer, callbacks, console)
 
 
@@ -137,27 +146,57 @@ def resume(run_dir: str | Path, *, registry: TaskRegistry | None = None, progres
 
 def _run(plan: Plan, folder: Path, registry: TaskRegistry, progress: bool, renderer: Renderer | None,
          callbacks: Sequence[TrainerCallback] = (), console: Console | None = None) -> TrainResult:
+    ranks = process_ranks(plan.device)
     done = finished_run(folder)
     if done is not None:
-        return done
+        return replace(done, rank=ranks.index)
     started = time.monotonic()
     config = plan.config
-    atomic_write(folder / RUN_RECORD, json.dumps(run_record(plan, "running"), indent=1))
     from mleforge.curriculum.buffer import StateBuffer
-    from mleforge.tasks.preparation import prepare
 
-    for task in (*plan.tasks, *plan.eval_tasks):
-        prepare(task)
-    executor = _executor(config, folder)
+    if ranks.main:
+        atomic_write(folder / RUN_RECORD, json.dumps(run_record(plan, "running"), indent=1))
+        from mleforge.tasks.preparation import prepare
+
+        for task in (*plan.tasks, *plan.eval_tasks):
+            prepare(task)
+    executor = _executor(config, folder) if ranks.main else None
+    buffer: StateBuffer | None = None
     try:
-        buffer = StateBuffer(folder, config.buffer, config.learnability)
-    except BaseException:
-        executor.close()  # the pool's zygote, if it is one, goes with it
-        raise
+        if ranks.main:
+            buffer = StateBuffer(folder, config.buffer, config.learnability)
+            set_up(plan, folder, registry, executor, buffer, progress, console, apart=ranks.count > 1)
+        ranks.wait()  # the main process's set-up is done: tasks, seeds, warm start, recovery
+        if executor is None:  # each rank executes its own rollouts
+            executor = _executor(config, folder)
+        if buffer is None:  # the other ranks read the buffer the main process owns
+            buffer = StateBuffer(folder, config.buffer, config.learnability, writer=False)
+        spec = warm_start(plan, folder, None, progress=False)  # made by the set-up: its model's spec
+        checkpoint = last_checkpoint(folder / CHECKPOINTS_DIR)
+        final, steps_done = _train_and_save(plan, folder, spec, buffer, executor, checkpoint, ranks, renderer=renderer,
+                                            callbacks=callbacks, progress=progress and ranks.main, console=console)
+        if ranks.main:
+            stepwise_evaluation(plan, folder, f"hf:{final}", "after", registry, executor, progress, console=console)
+    finally:
+        if buffer is not None:
+            buffer.close()
+        if executor is not None:
+            executor.close()  # the pool's zygote, if it is one, goes with it
+    wall = round(time.monotonic() - started, 1)
+    if not ranks.main:  # the main process writes run.json and the report
+        return TrainResult(str(folder), steps_done, str(final), None, wall, rank=ranks.index)
+    return _finish(plan, folder, steps_done, final, wall)
+
+
+def set_up(plan: Plan, folder: Path, registry: TaskRegistry, executor: Executor, buffer: StateBuffer, progress: bool,
+           console: Console | None, *, apart: bool = False) -> None:
+    """Everything before the trainer, on the main process: the step-wise evaluation of the model
+    as given (beside the expert's collection when --sft auto collects: mleforge.eval.background),
+    the buffer's seeds, the warm start and its evaluation, and the recovery to the last complete
+    checkpoint. `apart`: the warm start's SFT runs in a process of its own (a multi-process launch)."""
+    config = plan.config
     before: BeforeEvaluation | None = None
     try:
-        # Before anything changes the model: the step-wise evaluation of the model as given. Where
-        # the template expert collects, the two run side by side (mleforge.eval.background).
         auto = config.warm_start_mode == "auto"
         collecting = auto and (sft_done(folder) is None or buffer.sealed_step is None)
         before = before_evaluation(plan, folder, registry, executor, progress, alongside=collecting, console=console)
@@ -167,30 +206,25 @@ def _run(plan: Plan, folder: Path, registry: TaskRegistry, progress: bool, rende
         before.wait()
         if buffer.sealed_step is None:
             seed_buffer(plan, folder, buffer, collected, registry, executor)
-        spec = warm_start(plan, folder, collected, progress, console)
+        spec = warm_start(plan, folder, collected, progress, console, apart=apart)
         if config.warm_start_mode != "none" and config.stepwise.after_sft:  # the warm start's share of the change
             stepwise_evaluation(plan, folder, spec, "sft", registry, executor, progress, console=console)
-        checkpoint, _ = recover(folder, buffer)
-        final, steps_done = _train_and_save(plan, folder, spec, buffer, executor, checkpoint, renderer=renderer,
-                                            callbacks=callbacks, progress=progress, console=console)
-        stepwise_evaluation(plan, folder, f"hf:{final}", "after", registry, executor, progress, console=console)
+        recover(folder, buffer)
     finally:
         if before is not None:
             before.stop()  # a failure while it ran alongside: none of its runs outlives the executor
-        buffer.close()
-        executor.close()
-    return _finish(plan, folder, steps_done, final, round(time.monotonic() - started, 1))
 
 
 def _train_and_save(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, executor: Executor,
-                    checkpoint: Path | None, *, renderer: Renderer | None, callbacks: Sequence[TrainerCallback],
-                    progress: bool, console: Console | None) -> tuple[Path, int]:
-    """Build the GRPO trainer, train (from `checkpoint` where there is one), save final/:
-    (the final model's folder, steps done)."""
+                    checkpoint: Path | None, ranks: Ranks, *, renderer: Renderer | None,
+                    callbacks: Sequence[TrainerCallback], progress: bool, console: Console | None
+                    ) -> tuple[Path, int]:
+    """Build the GRPO trainer, train (from `checkpoint` where there is one), save final/ (the
+    main process): (the final model's folder, steps done)."""
     from mleforge.train.grpo.training import build_trainer
     from mleforge.train.model import save_trained
 
-    training = build_trainer(plan, folder, spec, buffer, executor, renderer=renderer, progress=progress,
+    training = build_trainer(plan, folder, spec, buffer, executor, ranks, renderer=renderer, progress=progress,
                              console=console)
     trainer = training.trainer
     for callback in callbacks:
@@ -199,10 +233,11 @@ def _train_and_save(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, ex
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     finally:
         training.close()
-    final = save_trained(trainer.model, trainer.processing_class, folder / FINAL_DIR,
-                         full=training.full, base_spec=training.base_spec)
-    record = run_record(plan, "running")
-    (final / CHECKPOINT_RECORD).write_text(json.dumps(record, indent=1), encoding="utf-8")
+    final = folder / FINAL_DIR
+    if ranks.main:
+        save_trained(trainer.model, trainer.processing_class, final, full=training.full, base_spec=training.base_spec)
+        record = run_record(plan, "running")
+        (final / CHECKPOINT_RECORD).write_text(json.dumps(record, indent=1), encoding="utf-8")
     return final, trainer.state.global_step  # the training model's memory goes with this frame
 
 

@@ -4,20 +4,26 @@
     --sft PATH    an `mleforge sft` run (or its model/)
     --sft auto    `mleforge collect` with the template expert on the training tasks in <run>/collect,
                   then `mleforge sft` on its samples in <run>/sft; done once (a resumed run finds
-                  both finished), and the collection's journals seed the buffer too
+                  both finished), and the collection's journals seed the buffer too; in a launch
+                  of several processes the main process runs the SFT as a process of its own
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import yaml
 from rich.console import Console
 
 from mleforge.runs import COLLECT_DIR, SFT_DIR
-from mleforge.train.config import TrainConfig
+from mleforge.train.config import SFTRunConfig, TrainConfig
 from mleforge.train.errors import TrainError
 
 if TYPE_CHECKING:
@@ -72,11 +78,12 @@ def sft_done(folder: Path) -> SFTResult | None:
 
 
 def warm_start(plan: Plan, folder: Path, collected: CollectResult | None, progress: bool,
-               console: Console | None = None) -> str:
+               console: Console | None = None, *, apart: bool = False) -> str:
     """The spec of the model GRPO starts from: --sft none, PATH, or auto (SFT on `collected`,
     done once: a resumed run finds sft/ finished). auto fine-tunes on the samples of the
     stages GRPO trains on (`seed_stages`): on the cpu preset the short debug and improve
-    edits, not the whole-script drafts that are 10x longer than its completion cap."""
+    edits, not the whole-script drafts that are 10x longer than its completion cap. `apart`: the
+    SFT runs in a process of its own (`run_sft_apart`: the main process of a multi-process run)."""
     config = plan.config
     if config.warm_start_mode == "none":
         return config.model.spec
@@ -85,7 +92,6 @@ def warm_start(plan: Plan, folder: Path, collected: CollectResult | None, progre
     done = sft_done(folder)
     if done is not None:
         return f"hf:{done.model_dir}"
-    from mleforge.train.config import SFTRunConfig
     from mleforge.train.sft import run_sft
 
     assert collected is not None  # auto collects whenever its warm start is not done
@@ -93,7 +99,38 @@ def warm_start(plan: Plan, folder: Path, collected: CollectResult | None, progre
         raise TrainError(f"--sft auto: the template expert's episodes in {collected.out_dir} gave no sample "
                          f"(left out: {collected.counts.get('left_out')}); raise collect.episodes or collect.steps, or "
                          "pass --sft none")
-    result = run_sft(SFTRunConfig(samples=collected.samples_path, out=str(folder / SFT_DIR), model=config.model,
-                                  stages=config.seed_stages, seed=config.seed, sft=config.sft),
-                     progress=progress, console=console)
+    sft = SFTRunConfig(samples=collected.samples_path, out=str(folder / SFT_DIR), model=config.model,
+                       stages=config.seed_stages, seed=config.seed, sft=config.sft)
+    result = run_sft_apart(sft) if apart else run_sft(sft, progress=progress, console=console)
     return f"hf:{result.model_dir}"
+
+
+# What torchrun (under `accelerate launch`) tells a rank about its launch.
+LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                    "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def solo_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` without what makes a process one rank of a launch."""
+    return {k: v for k, v in environ.items() if k not in LAUNCH_VARIABLES and not k.startswith("TORCHELASTIC_")}
+
+
+def run_sft_apart(config: SFTRunConfig) -> SFTResult:
+    """`mleforge sft` on `config` in a process of its own, outside the launch: how the main
+    process of a multi-process run makes --sft auto's warm start while the other ranks wait (a
+    transformers Trainer started in one rank of a launch would wait for the others' DDP).
+    Its progress goes to this process's stderr."""
+    from mleforge.train.sft import finished_sft
+
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="mleforge-sft-") as scratch:
+        file = Path(scratch) / "sft.yaml"
+        file.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
+        command = [sys.executable, "-m", "mleforge", "sft", "--config", str(file)]
+        code = subprocess.run(command, env=solo_environment(os.environ), stdout=2, check=False).returncode
+    done = finished_sft(out)
+    if code != 0 or done is None:
+        raise TrainError(f"the warm start's SFT ({' '.join(command[1:4])} into {out}) ended with exit code {code}; "
+                         "its output is above")
+    return done

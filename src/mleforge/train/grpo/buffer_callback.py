@@ -1,7 +1,8 @@
 """The feedback callback: each finished step goes back to the buffer once, on the main process.
 
 At the end of every optimizer step (before transformers saves a checkpoint), the step's
-rollouts are gathered from every rank; the main process then
+rollouts are gathered from every rank (in the step's order: each rollout's index is its
+row's place in TRL's split of the step across ranks); the main process then
 
   1. feeds them to the buffer with `curriculum.feedback.step_feedback` (statistics, the new
      debug and improve states, the step sealed: one transaction), leaving out the rollouts
@@ -70,7 +71,8 @@ class FeedbackCallback(TrainerCallback):
         self.grow = grow
         self.progress = progress
         self._began = time.perf_counter()
-        (self.run_dir / ROLLOUTS_DIR).mkdir(parents=True, exist_ok=True)
+        if trainer.accelerator.is_main_process:  # the one process that writes the run directory
+            (self.run_dir / ROLLOUTS_DIR).mkdir(parents=True, exist_ok=True)
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._began = time.perf_counter()
@@ -86,6 +88,8 @@ class FeedbackCallback(TrainerCallback):
             rollouts = sorted(gather_object(local), key=lambda r: r.index)
         if accelerator.is_main_process:
             self.feed_back(step, rollouts, exec_s, time.perf_counter() - self._began)
+        else:
+            self.trainer.timings.pop(step, None)  # the main process's figures are the step's
 
     def feed_back(self, step: int, rollouts: list[Rollout], exec_s: float, step_s: float) -> StepMetrics:
         scored = [r for r in rollouts if r.outcome is not None]

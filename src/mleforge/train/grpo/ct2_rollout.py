@@ -138,8 +138,9 @@ class Ct2Rollout:
             root = self.temp_root
             if root is not None:  # what a killed process of this run and rank left: never loaded again
                 shutil.rmtree(root, ignore_errors=True)
+            # The device with its index: each rank of a multi-GPU launch samples on its own GPU.
             self.engine, _ = refresh_engine(model, self.tokenizer, quantization=quantization,
-                                            device=torch.device(device).type, num_threads=self.threads,
+                                            device=str(torch.device(device)), num_threads=self.threads,
                                             temp_root=root)
             self.logprobs = quantization != trained
             if self.logprobs:

@@ -149,11 +149,11 @@ class ExecutingReward:
         self._pool.shutdown(wait=True)
 
 
-def execution_workers(config: TrainConfig, tasks: Sequence[Task]) -> int:
+def execution_workers(config: TrainConfig, tasks: Sequence[Task], share: int = 1) -> int:
     """How many of a group's runs execute at once: `exec_workers`, else what every task's
-    limits allow on this machine."""
+    limits allow on this machine, split among the `share` processes that train on it."""
     from mleforge.sandbox.batch import default_workers
 
     if config.sandbox.exec_workers is not None:
         return config.sandbox.exec_workers
-    return min(default_workers(RunLimits.of(None, t.spec.limits)) for t in tasks)
+    return max(1, min(default_workers(RunLimits.of(None, t.spec.limits)) for t in tasks) // share)

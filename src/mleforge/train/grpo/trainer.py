@@ -29,7 +29,8 @@ micro-batch holds one prompt's rows, which makes a group's update several times 
 one sequence at a time (`python benchmarks/lm_head.py --group 4`).
 With ModelConfig.prompt_grad off (the cpu preset's) the prompt but its last token runs without a
 graph (`_detached_prompt_logits`), so the backward pass covers the completions only. Where Triton
-runs (a GPU), TRL's own path runs as it is, with the exact gradient, whatever prompt_grad says.
+runs (a GPU), and wherever several processes train (DDP's wrapper syncs gradients on one forward
+through it), TRL's own path runs as it is, with the exact gradient, whatever prompt_grad says.
 
 Imports TRL: use it only where the `train` extra is installed.
 """
@@ -99,7 +100,8 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         fresh = self.model.training and (
             self._step % (self.args.steps_per_generation * self.num_iterations) == 0 or self._buffered_inputs is None)
         inputs = super()._prepare_inputs(generation_batch)
-        if fresh and self.args.steps_per_generation > 1 and not compact_head_native(self.accelerator.device):
+        if fresh and self.args.steps_per_generation > 1 and not compact_head_native(self.accelerator.device) \
+                and self.accelerator.num_processes == 1:  # several processes do not share prompts (below)
             regrouped = regroup_by_prompt(self._buffered_inputs)
             if regrouped is not None:
                 self._buffered_inputs = regrouped
@@ -110,7 +112,9 @@ class CurriculumGRPOTrainer(GRPOTrainer):
                                            batch_size: int | None = None, compute_entropy: bool = False,
                                            **kwargs: Any) -> Any:
         extra = {k: v for k, v in kwargs.items() if v is not None and v is not False}
-        if extra or compact_head_native(input_ids.device):
+        # Several processes: `model` is DDP's wrapper, whose gradient sync needs one forward through
+        # it per backward; the shared-prompt forwards below are two, so TRL's own path runs there.
+        if extra or compact_head_native(input_ids.device) or self.accelerator.num_processes > 1:
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
                 compute_entropy=compute_entropy, **kwargs)

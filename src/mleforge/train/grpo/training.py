@@ -13,6 +13,7 @@ from rich.console import Console
 from mleforge.runs import CHECKPOINTS_DIR
 from mleforge.train.checkpoint_marks import checkpoint_callback
 from mleforge.train.plan import Plan, run_record
+from mleforge.train.ranks import Ranks
 
 if TYPE_CHECKING:
     from mleforge.curriculum.buffer import StateBuffer
@@ -51,11 +52,11 @@ class Training:
                 close_rollout(self.rollout)
 
 
-def build_trainer(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, executor: Executor, *,
-                  renderer: Renderer | None = None, progress: bool = True,
+def build_trainer(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, executor: Executor,
+                  ranks: Ranks | None = None, *, renderer: Renderer | None = None, progress: bool = True,
                   console: Console | None = None) -> Training:
-    """The CurriculumGRPOTrainer of a run, with its reward, feed and callbacks attached."""
-    from accelerate import PartialState
+    """The CurriculumGRPOTrainer of a run, with its reward, feed and callbacks attached (on
+    this rank of `ranks`: one process by default)."""
     from datasets import Dataset
     from transformers import PrinterCallback, ProgressCallback
 
@@ -75,10 +76,10 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, exec
     tasks = {t.id: t for t in plan.tasks}
     sampler = make_sampler(config.sampler, config.learnability)
     feed = CurriculumFeed(buffer, sampler, tasks, renderer or make_renderer(config.prompt), config.groups_per_step)
-    rank = PartialState().process_index
+    ranks = ranks or Ranks()
     reward = ExecutingReward(tasks, executor, feed.states, reward=config.reward, timeout_s=config.sandbox.run_timeout_s,
                              feedback=config.feedback,
-                             max_workers=execution_workers(config, plan.tasks), rank=rank)
+                             max_workers=execution_workers(config, plan.tasks, share=ranks.local), rank=ranks.index)
     args = grpo_args(plan, folder, loaded.device)
     rollout = rollout_func_for(config.generation.backend, config, loaded.tokenizer)
     trainer = CurriculumGRPOTrainer(
