@@ -56,6 +56,7 @@ from mleforge.train.plan import Plan, run_record
 from mleforge.train.preflight import preflight
 from mleforge.train.warm_start import collect_expert, sft_done, warm_start
 from mleforge.utils.atomic import atomic_write
+from mleforge.utils.quiet import quiet_libraries
 
 if TYPE_CHECKING:
     from transformers import TrainerCallback
@@ -196,7 +197,8 @@ def _train_and_save(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, ex
     for callback in callbacks:
         trainer.add_callback(callback)
     try:
-        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        with quiet_libraries():
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     finally:
         training.close()
     final = save_trained(trainer.model, trainer.processing_class, folder / FINAL_DIR,

@@ -46,6 +46,7 @@ from mleforge.train.model import (
 from mleforge.train.samples import SFTSample, fit_samples, read_samples, tasks_of
 from mleforge.train.tracking import attach, require_tracker, trainer_args
 from mleforge.utils.atomic import atomic_write
+from mleforge.utils.quiet import quiet_libraries
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def completion_loss(model: Any, tokenizer: Any, samples: Sequence[SFTSample]) ->
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), quiet_libraries():
             for sample in samples:
                 prompt = tokenizer.apply_chat_template(list(sample.prompt), add_generation_prompt=True,
                                                        tokenize=True, return_dict=True)["input_ids"]
@@ -143,7 +144,8 @@ def run_sft(config: SFTRunConfig, *, progress: bool = True, console: Console | N
               "dropped_long": dropped, "samples_path": str(Path(config.samples).expanduser().resolve())}
     atomic_write(run_dir / RUN_RECORD, json.dumps({**record, "status": "running"}, indent=1))
     dataset = Dataset.from_list([{"prompt": list(s.prompt), "completion": list(s.completion)} for s in kept])
-    trainer = sft_trainer(config, loaded, dataset, run_dir / CHECKPOINTS_DIR)
+    with quiet_libraries():  # TRL's and transformers' warnings, datasets' bars
+        trainer = sft_trainer(config, loaded, dataset, run_dir / CHECKPOINTS_DIR)
     attach(trainer, run_dir)
     from transformers import PrinterCallback, ProgressCallback
 
@@ -158,7 +160,8 @@ def run_sft(config: SFTRunConfig, *, progress: bool = True, console: Console | N
         trainer.add_callback(callback)
     resume = last_checkpoint(run_dir / CHECKPOINTS_DIR)
     try:
-        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        with quiet_libraries():
+            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     finally:
         bar.close()
     model_dir = save_trained(trainer.model, loaded.tokenizer, run_dir / MODEL_DIR, full=loaded.full,

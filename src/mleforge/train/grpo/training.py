@@ -13,6 +13,7 @@ from rich.console import Console
 from mleforge.runs import CHECKPOINTS_DIR
 from mleforge.train.checkpoint_marks import checkpoint_callback
 from mleforge.train.plan import Plan, run_record
+from mleforge.utils.quiet import quiet_libraries
 
 if TYPE_CHECKING:
     from mleforge.curriculum.buffer import StateBuffer
@@ -80,14 +81,14 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, exec
     reward = ExecutingReward(tasks, executor, feed.states, reward=config.reward, timeout_s=config.sandbox.run_timeout_s,
                              feedback=config.feedback,
                              max_workers=execution_workers(config, plan.tasks), rank=rank)
-    args = grpo_args(plan, folder, loaded.device)
     rollout = rollout_func_for(config.generation.backend, config, loaded.tokenizer)
-    trainer = CurriculumGRPOTrainer(
-        model=loaded.model, reward_funcs=[reward], args=args,
-        train_dataset=Dataset.from_list(placeholder_rows(config.groups_per_step)),
-        processing_class=loaded.tokenizer, peft_config=loaded.peft_config, rollout_func=rollout,
-        feed=feed, run_seed=config.seed, prompt_grad=config.model.prompt_grad,
-    )
+    with quiet_libraries():  # TRL's and transformers' warnings about their own APIs
+        trainer = CurriculumGRPOTrainer(
+            model=loaded.model, reward_funcs=[reward], args=grpo_args(plan, folder, loaded.device),
+            train_dataset=Dataset.from_list(placeholder_rows(config.groups_per_step)),
+            processing_class=loaded.tokenizer, peft_config=loaded.peft_config, rollout_func=rollout,
+            feed=feed, run_seed=config.seed, prompt_grad=config.model.prompt_grad,
+        )
     for printer in (PrinterCallback, ProgressCallback):  # our own bar and metrics.jsonl instead
         trainer.remove_callback(printer)
     attach(trainer, folder)
