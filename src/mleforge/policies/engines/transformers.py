@@ -101,7 +101,7 @@ class TransformersEngine:
         threads = torch.get_num_threads()
         started = time.perf_counter()
         # fork_rng: seeding must not disturb the caller's own torch random state.
-        with torch.random.fork_rng(devices=cuda), torch.inference_mode():
+        with torch.random.fork_rng(devices=cuda), torch.inference_mode(), quiet_libraries():
             torch.manual_seed(seed)
             if self._num_threads:
                 torch.set_num_threads(self._num_threads)
