@@ -439,10 +439,17 @@ def record_progress(title: str, total: int, enabled: bool = True,
     run_stepwise's `on_record`."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from mleforge.utils.plain_progress import PlainTicker
+
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console or Console(stderr=True), disable=not enabled) as progress:
         bar = progress.add_task(title, total=total)
-        yield lambda record: progress.advance(bar)
+        ticker = PlainTicker(progress, progress.console)  # a log: a line every few seconds
+        ticker.start()
+        try:
+            yield lambda record: progress.advance(bar)
+        finally:
+            ticker.stop()
 
 
 def _generate(policy: Policy, states: Sequence[State], by_id: Mapping[str, Task], prompt_config: PromptConfig,

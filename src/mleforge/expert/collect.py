@@ -290,10 +290,15 @@ class CollectProgress:
         self._episodes = [0, 0]
 
     def __enter__(self) -> CollectProgress:
+        from mleforge.utils.plain_progress import PlainTicker
+
         self.progress.__enter__()
+        self._ticker = PlainTicker(self.progress, self.progress.console)  # a log: a line every few seconds
+        self._ticker.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._ticker.stop()
         self.progress.__exit__(*exc)
 
     def start(self, total_steps: int, done_steps: int, episodes: int, finished: int) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 from mleforge.errors import MissingExtra
 from mleforge.policies.base import PolicyError
 from mleforge.policies.extras import import_torch_transformers
+from mleforge.utils.quiet import quiet_libraries
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +249,8 @@ def convert(model: BundledModel, root: Path | None = None) -> Path:
             # transformers >= 5 keeps GGUF weights packed by default, and a packed model can
             # neither be saved nor trained; dequantize=True gives plain dense weights.
             options["quantization_config"] = transformers.GgufConfig(dequantize=True)
-        hf_model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, **options)
+        with quiet_libraries():
+            hf_model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, **options)
         hf_model.save_pretrained(temp)
         tokenizer.save_pretrained(temp)
         del hf_model

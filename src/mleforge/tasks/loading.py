@@ -6,11 +6,14 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mleforge.errors import TaskSpecError
+
+TASK_MODULE_PREFIX = "_mleforge_task_"
 
 
 def load_callable(import_string: str, folder: Path, yaml_path: Path, key: str) -> Callable[..., Any]:
@@ -21,9 +24,12 @@ def load_callable(import_string: str, folder: Path, yaml_path: Path, key: str) -
     if local.is_file():
         # A unique module name per file, so two tasks' prepare.py never shadow each other.
         digest = hashlib.sha1(str(local).encode()).hexdigest()[:12]
-        unique = f"_mleforge_task_{digest}_{local.stem}"
+        unique = f"{TASK_MODULE_PREFIX}{digest}_{local.stem}"
         module = sys.modules.get(unique)
         if module is None:
+            # A task's own files are code its author wrote, as __main__ is a script's: show the
+            # deprecations of the task-author API they run into (Python shows __main__'s only).
+            warnings.filterwarnings("default", category=DeprecationWarning, module=TASK_MODULE_PREFIX)
             spec = importlib.util.spec_from_file_location(unique, local)
             if spec is None or spec.loader is None:
                 raise TaskSpecError(yaml_path, key, f"cannot load {local}")

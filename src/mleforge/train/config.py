@@ -26,6 +26,7 @@ from mleforge.policies.engines.base import QUANTIZATIONS
 from mleforge.reward import RewardConfig
 from mleforge.sandbox.config import SandboxConfig
 from mleforge.train.prompt_renderer import compact_prompt
+from mleforge.train.tracking import TRACKERS
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -37,6 +38,9 @@ LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
 PRESET_NAMES = ("cpu", "gpu-1x")
 WARM_STARTS = ("auto", "none")  # or the path of an `mleforge sft` checkpoint
 FEEDBACKS = ("public", "none")
+REPORT_TO = TRACKERS
+REPORT_TO_HELP = ("where the curves go besides metrics.jsonl: tensorboard (<run>/tensorboard; pip install "
+                  "'mleforge[tracking]') | wandb | trackio | none")
 
 
 class _Tree:
@@ -161,9 +165,11 @@ class SFTRunConfig(_Tree):
         "help": "train only on these stages (comma-separated: draft,debug,improve; none: all)"})
     seed: int = field(default=0, metadata={"help": "seed of the samples' order and the loss subset"})
     sft: SFTConfig = field(default_factory=SFTConfig, metadata={"aliases": SFT_FLAGS})
+    report_to: str = field(default="none", metadata={"choices": REPORT_TO, "help": REPORT_TO_HELP})
 
     def __post_init__(self) -> None:
         check.build_sections(self)
+        check.choice("report_to", self.report_to, REPORT_TO)
         check.text("sft.samples", self.samples, "give the samples' JSONL file (or a folder of them), as "
                                                 "`mleforge collect` writes")
         check.text("sft.out", self.out, "give the run directory to write")
@@ -275,6 +281,7 @@ class TrainConfig(_Tree):
     save_total_limit: int = field(default=2, metadata={"help": "checkpoints kept (at least 2)"})
     bf16: bool | None = field(default=None, metadata={"help": "bfloat16 (none: where the hardware computes it)"})
     seed: int = field(default=0, metadata={"help": "seed of every random choice"})
+    report_to: str = field(default="none", metadata={"choices": REPORT_TO, "help": REPORT_TO_HELP})
     preset: str = field(default="cpu", metadata={
         "choices": PRESET_NAMES, "help": "cpu (bundled Qwen-0.5B, LoRA, lite tasks, short edit-block steps) | "
                                          "gpu-1x (bf16, 8 x 8 rollouts a step, 1,024-token completions)"})
@@ -315,6 +322,7 @@ class TrainConfig(_Tree):
             check.choice("seed_stages", stage, STAGES)
         check.choice("feedback", self.feedback, FEEDBACKS)
         check.integer("seed", self.seed, 0)
+        check.choice("report_to", self.report_to, REPORT_TO)
         check.choice("preset", self.preset, PRESET_NAMES)
 
     def _check_batches(self) -> None:

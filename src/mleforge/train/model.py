@@ -30,6 +30,7 @@ from mleforge.policies.model_source import (
 )
 from mleforge.train.config import ModelConfig
 from mleforge.train.errors import TrainError
+from mleforge.utils.quiet import quiet_libraries
 
 TRAIN_PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -142,8 +143,14 @@ class TrainableModel:
 
 def load_for_training(config: ModelConfig) -> TrainableModel:
     """Load `config.spec` (see the module docstring) in float32 on a CPU, bfloat16 on a GPU
-    that has it; the adapters of a checkpoint are merged into the weights."""
+    that has it; the adapters of a checkpoint are merged into the weights. The libraries'
+    warnings and loading bars stay off the terminal (mleforge.utils.quiet)."""
     require_train_extra("training a model")
+    with quiet_libraries():
+        return _load_for_training(config)
+
+
+def _load_for_training(config: ModelConfig) -> TrainableModel:
     import torch
     import transformers
 

@@ -21,6 +21,7 @@ from mleforge.train.config import TrainConfig
 from mleforge.train.errors import TrainError
 from mleforge.train.model import check_model, require_train_extra
 from mleforge.train.plan import Plan
+from mleforge.train.tracking import require_tracker
 from mleforge.train.warm_start import collect_config, sft_model_folder
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ GROUP_SELECTORS = ("lite", "all")  # task selectors the eval tasks are taken out
 def preflight(config: TrainConfig, registry: TaskRegistry) -> Plan:
     """Check everything that can be checked before loading a model (see the module docstring)."""
     require_train_extra("mleforge train")
+    require_tracker(config.report_to, "mleforge train")
     tasks, eval_tasks = _select_tasks(config, registry)
     source = check_model(config.model)
     _check_warm_start(config, tasks)

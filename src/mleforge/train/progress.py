@@ -3,7 +3,8 @@
 `RichProgress` is a transformers TrainerCallback built on first use (transformers is an
 extra); `set_figures` lets the trainer's own code (the GRPO feedback) show what a step did.
 Output goes to the console the caller passes (the CLI's stderr console), stderr by default,
-so stdout stays for `--json` and tables.
+so stdout stays for `--json` and tables; where that is not a terminal, a plain line every few
+seconds (mleforge.utils.plain_progress).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+
+from mleforge.utils.plain_progress import PlainTicker
 
 
 def progress_callback(title: str, *, enabled: bool = True, console: Console | None = None) -> Any:
@@ -37,6 +40,7 @@ def progress_callback(title: str, *, enabled: bool = True, console: Console | No
             )
             self.bar: Any = None
             self.figures = ""
+            self.ticker = PlainTicker(self.progress, shown_on)
 
         def set_figures(self, text: str) -> None:
             self.figures = text
@@ -48,6 +52,7 @@ def progress_callback(title: str, *, enabled: bool = True, console: Console | No
                 self.progress.start()
                 self.bar = self.progress.add_task(title, total=state.max_steps, completed=state.global_step,
                                                   figures=self.figures)
+                self.ticker.start()
 
         def on_step_end(self, args, state, control, **kwargs):
             if self.bar is not None:
@@ -62,6 +67,7 @@ def progress_callback(title: str, *, enabled: bool = True, console: Console | No
 
         def close(self) -> None:
             if self.bar is not None:
+                self.ticker.stop()
                 self.progress.stop()
                 self.bar = None
 

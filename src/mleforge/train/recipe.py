@@ -61,6 +61,7 @@ from mleforge.train.preflight import preflight
 from mleforge.train.ranks import Ranks, process_ranks
 from mleforge.train.warm_start import collect_expert, sft_done, warm_start
 from mleforge.utils.atomic import atomic_write
+from mleforge.utils.quiet import quiet_libraries
 
 if TYPE_CHECKING:
     from transformers import TrainerCallback
@@ -230,7 +231,8 @@ def _train_and_save(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, ex
     for callback in callbacks:
         trainer.add_callback(callback)
     try:
-        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        with quiet_libraries():
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     finally:
         training.close()
     final = folder / FINAL_DIR

@@ -9,6 +9,7 @@ directory holds
                       reads them), the model, the sample counts, the loss before and after
     config.yaml       the full SFTRunConfig
     metrics.jsonl     one line per optimizer step: step, loss, learning rate
+    tensorboard/      with --report-to tensorboard: TRL's figures (mleforge.train.tracking)
     checkpoints/      TRL checkpoints (resumed from when the command runs again)
     model/            the result: the adapter (or the whole model), its tokenizer and the
                       marker naming the base; `hf:<run>/model` loads it
@@ -43,7 +44,9 @@ from mleforge.train.model import (
     save_trained,
 )
 from mleforge.train.samples import SFTSample, fit_samples, read_samples, tasks_of
+from mleforge.train.tracking import attach, require_tracker, trainer_args
 from mleforge.utils.atomic import atomic_write
+from mleforge.utils.quiet import quiet_libraries
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ def completion_loss(model: Any, tokenizer: Any, samples: Sequence[SFTSample]) ->
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), quiet_libraries():
             for sample in samples:
                 prompt = tokenizer.apply_chat_template(list(sample.prompt), add_generation_prompt=True,
                                                        tokenize=True, return_dict=True)["input_ids"]
@@ -117,6 +120,7 @@ def run_sft(config: SFTRunConfig, *, progress: bool = True, console: Console | N
     docstring); resumes from the run's last complete checkpoint."""
     started = time.monotonic()
     require_train_extra("mleforge sft")
+    require_tracker(config.report_to, "mleforge sft")
     samples = read_samples(config.samples, config.stages)  # malformed samples are refused before loading
     check_model(config.model)
     run_dir = Path(config.out).expanduser().resolve()
@@ -140,7 +144,9 @@ def run_sft(config: SFTRunConfig, *, progress: bool = True, console: Console | N
               "dropped_long": dropped, "samples_path": str(Path(config.samples).expanduser().resolve())}
     atomic_write(run_dir / RUN_RECORD, json.dumps({**record, "status": "running"}, indent=1))
     dataset = Dataset.from_list([{"prompt": list(s.prompt), "completion": list(s.completion)} for s in kept])
-    trainer = sft_trainer(config, loaded, dataset, run_dir / CHECKPOINTS_DIR)
+    with quiet_libraries():  # TRL's and transformers' warnings, datasets' bars
+        trainer = sft_trainer(config, loaded, dataset, run_dir / CHECKPOINTS_DIR)
+    attach(trainer, run_dir)
     from transformers import PrinterCallback, ProgressCallback
 
     from mleforge.train.progress import progress_callback
@@ -154,7 +160,8 @@ def run_sft(config: SFTRunConfig, *, progress: bool = True, console: Console | N
         trainer.add_callback(callback)
     resume = last_checkpoint(run_dir / CHECKPOINTS_DIR)
     try:
-        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        with quiet_libraries():
+            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     finally:
         bar.close()
     model_dir = save_trained(trainer.model, loaded.tokenizer, run_dir / MODEL_DIR, full=loaded.full,
@@ -183,7 +190,7 @@ def sft_trainer(config: SFTRunConfig, loaded: TrainableModel, dataset: Any, outp
         per_device_train_batch_size=config.sft.batch_size, gradient_accumulation_steps=config.sft.grad_accum,
         max_length=None,  # too-long samples were left out above; none is cut
         completion_only_loss=True, logging_steps=1, save_steps=config.sft.save_steps, save_total_limit=2,
-        report_to="none", disable_tqdm=True, bf16=bf16, fp16=False, seed=config.seed, data_seed=config.seed,
+        **trainer_args(config.report_to, output_dir.parent), disable_tqdm=True, bf16=bf16, fp16=False, seed=config.seed, data_seed=config.seed,
         gradient_checkpointing=config.model.gradient_checkpointing, use_cpu=loaded.device == "cpu",
         dataset_num_proc=None,
     )
@@ -212,12 +219,14 @@ def _torch() -> Any:
 
 
 def _check_same_run(run_dir: Path, config: SFTRunConfig) -> None:
-    """A run directory holds one run: the same config resumes it, another one is refused."""
+    """A run directory holds one run: the same config resumes it, another one is refused
+    (where its curves go, report_to, may change: it changes nothing the run computes)."""
     path = run_dir / "config.yaml"
     data = config.to_dict()
     if path.is_file():
         # A run written before the config tree, or before a setting existed, reads as it ran.
         saved = upgrade_sft_run_dict(yaml.safe_load(path.read_text(encoding="utf-8")))
+        saved["report_to"] = data["report_to"]
         if saved != data:
             changed = changed_paths(saved, data)
             raise TrainError(f"{run_dir} holds another SFT run (different {', '.join(changed)}); "

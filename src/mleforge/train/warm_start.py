@@ -100,7 +100,8 @@ def warm_start(plan: Plan, folder: Path, collected: CollectResult | None, progre
                          f"(left out: {collected.counts.get('left_out')}); raise collect.episodes or collect.steps, or "
                          "pass --sft none")
     sft = SFTRunConfig(samples=collected.samples_path, out=str(folder / SFT_DIR), model=config.model,
-                       stages=config.seed_stages, seed=config.seed, sft=config.sft)
+                       stages=config.seed_stages, seed=config.seed, sft=config.sft,
+                       report_to=config.report_to)
     result = run_sft_apart(sft) if apart else run_sft(sft, progress=progress, console=console)
     return f"hf:{result.model_dir}"
 

@@ -38,6 +38,7 @@ from mleforge.policies.bundled import MARKER, models_root, remove_stale_partials
 from mleforge.policies.engines.base import QUANTIZATIONS
 from mleforge.policies.engines.transformers import load_model
 from mleforge.policies.extras import import_ctranslate2
+from mleforge.utils.quiet import quiet_libraries
 
 if TYPE_CHECKING:
     from mleforge.policies.hf_config import HFConfig
@@ -98,7 +99,7 @@ def convert_model(model: Any, tokenizer: Any, folder: Path, quantization: str) -
 
     with tempfile.TemporaryDirectory(prefix="mleforge-ct2-config-") as config_dir:
         plain.config.save_pretrained(config_dir)  # the converter reads the config from a folder
-        with _frozen_gc():
+        with _frozen_gc(), quiet_libraries():
             InMemory(config_dir).convert(str(folder), quantization=quantization, force=True)
     return folder
 

@@ -18,6 +18,7 @@ from mleforge.policies.base import PolicyError, SamplingConfig, cut_at_stop, der
 from mleforge.policies.engines.base import Generation, Sample
 from mleforge.policies.extras import import_torch_transformers
 from mleforge.policies.model_source import is_adapter_folder, read_marker, resolve_model
+from mleforge.utils.quiet import quiet_libraries
 
 if TYPE_CHECKING:
     from mleforge.policies.hf_config import HFConfig
@@ -100,7 +101,7 @@ class TransformersEngine:
         threads = torch.get_num_threads()
         started = time.perf_counter()
         # fork_rng: seeding must not disturb the caller's own torch random state.
-        with torch.random.fork_rng(devices=cuda), torch.inference_mode():
+        with torch.random.fork_rng(devices=cuda), torch.inference_mode(), quiet_libraries():
             torch.manual_seed(seed)
             if self._num_threads:
                 torch.set_num_threads(self._num_threads)
@@ -182,13 +183,14 @@ def load_model(config: HFConfig, *, device: str | None = None,
     torch_dtype = _dtype(torch, dtype or config.dtype, device)
     source, options, adapters, tokenizer_source = checkpoint_sources(config)
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_source, **options)
-        model = transformers.AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype,
-                                                                  **options)
+        with quiet_libraries():  # their loading bars and warnings about their own APIs
+            tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_source, **options)
+            model = transformers.AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **options)
     except OSError as exc:
         raise _not_found(config, exc) from None
-    for adapter in adapters:
-        model = _with_adapter(model, adapter)
+    with quiet_libraries():
+        for adapter in adapters:
+            model = _with_adapter(model, adapter)
     model.to(device)
     model.eval()
     return model, tokenizer

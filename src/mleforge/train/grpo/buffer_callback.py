@@ -8,7 +8,7 @@ row's place in TRL's split of the step across ranks); the main process then
      debug and improve states, the step sealed: one transaction), leaving out the rollouts
      the infrastructure lost, which count for nothing;
   2. writes `rollouts/step-<k>.jsonl` (atomically) and appends the step's line to
-     `metrics.jsonl` (fsynced);
+     `metrics.jsonl` (fsynced), and sends it to the run's tracker (mleforge.train.tracking);
   3. shows the step's figures on the progress bar.
 
 So when checkpoint-<k+1> exists, the buffer is sealed through step k, and the checkpoint
@@ -32,6 +32,7 @@ from mleforge.train.grpo.executing_reward import ExecutingReward, Rollout
 from mleforge.train.grpo.state_feed import CurriculumFeed
 from mleforge.train.metrics import step_metrics
 from mleforge.train.records import LOST, RolloutLine, StepMetrics
+from mleforge.train.tracking import log_step
 from mleforge.utils.atomic import atomic_write
 
 if TYPE_CHECKING:
@@ -113,6 +114,7 @@ class FeedbackCallback(TrainerCallback):
             sync_s=sync_s, rollout_staleness=int(timing.get("rollout_staleness", 0)),
         )
         append_line(self.run_dir / METRICS_FILE, metrics.to_dict())
+        log_step(self.trainer, metrics.to_dict())
         if self.progress is not None:
             reward = "-" if metrics.reward_mean is None else f"{metrics.reward_mean:.3f}"
             self.progress.set_figures(f"reward {reward}  valid {metrics.valid_rate:.0%}  "

@@ -14,6 +14,7 @@ from mleforge.runs import CHECKPOINTS_DIR
 from mleforge.train.checkpoint_marks import checkpoint_callback
 from mleforge.train.plan import Plan, run_record
 from mleforge.train.ranks import Ranks
+from mleforge.utils.quiet import quiet_libraries
 
 if TYPE_CHECKING:
     from mleforge.curriculum.buffer import StateBuffer
@@ -69,6 +70,7 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, exec
     from mleforge.train.model import load_for_training
     from mleforge.train.progress import progress_callback
     from mleforge.train.prompt_renderer import make_renderer
+    from mleforge.train.tracking import attach
 
     config = plan.config
     loaded = load_for_training(replace(config.model, spec=spec))
@@ -80,16 +82,17 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, exec
     reward = ExecutingReward(tasks, executor, feed.states, reward=config.reward, timeout_s=config.sandbox.run_timeout_s,
                              feedback=config.feedback,
                              max_workers=execution_workers(config, plan.tasks, share=ranks.local), rank=ranks.index)
-    args = grpo_args(plan, folder, loaded.device)
     rollout = rollout_func_for(config.generation.backend, config, loaded.tokenizer)
-    trainer = CurriculumGRPOTrainer(
-        model=loaded.model, reward_funcs=[reward], args=args,
-        train_dataset=Dataset.from_list(placeholder_rows(config.groups_per_step)),
-        processing_class=loaded.tokenizer, peft_config=loaded.peft_config, rollout_func=rollout,
-        feed=feed, run_seed=config.seed, prompt_grad=config.model.prompt_grad,
-    )
+    with quiet_libraries():  # TRL's and transformers' warnings about their own APIs
+        trainer = CurriculumGRPOTrainer(
+            model=loaded.model, reward_funcs=[reward], args=grpo_args(plan, folder, loaded.device),
+            train_dataset=Dataset.from_list(placeholder_rows(config.groups_per_step)),
+            processing_class=loaded.tokenizer, peft_config=loaded.peft_config, rollout_func=rollout,
+            feed=feed, run_seed=config.seed, prompt_grad=config.model.prompt_grad,
+        )
     for printer in (PrinterCallback, ProgressCallback):  # our own bar and metrics.jsonl instead
         trainer.remove_callback(printer)
+    attach(trainer, folder)
     bar = progress_callback(f"train {spec}", enabled=progress, console=console)
     record = run_record(plan, "running")
     for callback in (
@@ -110,6 +113,7 @@ def grpo_args(plan: Plan, folder: Path, device: str) -> Any:
     import trl
 
     from mleforge.train.grpo.generation import trl_generation_args
+    from mleforge.train.tracking import trainer_args
 
     config: TrainConfig = plan.config
     steps_per_generation = config.sequences_per_step // (config.micro_batch * plan.world_size)
@@ -120,7 +124,7 @@ def grpo_args(plan: Plan, folder: Path, device: str) -> Any:
         lr_scheduler_type=config.lr_scheduler, beta=config.beta, loss_type=config.loss_type,
         scale_rewards=config.scale_rewards, max_grad_norm=config.max_grad_norm, shuffle_dataset=False,
         logging_steps=1, save_strategy="steps", save_steps=config.save_steps, save_total_limit=config.save_total_limit,
-        report_to="none", disable_tqdm=True, bf16=bool(config.bf16), fp16=False, seed=config.seed,
+        **trainer_args(config.report_to, folder), disable_tqdm=True, bf16=bool(config.bf16), fp16=False, seed=config.seed,
         data_seed=config.seed, gradient_checkpointing=config.model.gradient_checkpointing,
         use_cpu=device == "cpu", remove_unused_columns=False, log_completions=False, disable_dropout=True,
         dataloader_num_workers=0, **trl_generation_args(config, config.generation.backend),
