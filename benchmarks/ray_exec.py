@@ -1,7 +1,7 @@
 """Runs per second of the local executor against the Ray executor on a local Ray cluster.
 
     python benchmarks/ray_exec.py [--task titanic] [--runs 12] [--concurrency 1,2,4] [--rounds 2]
-                                  [--nodes 2] [--cpus-per-node 2] [--isolation auto] [--out bench-out/ray_exec.json]
+                                  [--nodes 2] [--cpus-per-node N] [--isolation auto] [--out bench-out/ray_exec.json]
 
 The same scripts go through both executors: `empty` (a run's own cost: workspace, bwrap,
 interpreter, clean-up) and `pandas-csv` (reads the task's train.csv with pandas and writes
@@ -12,7 +12,9 @@ each (script, concurrency, executor) once, in a rotated order, after one warm-up
 (Ray's workers started, the task data on its nodes); the table shows the median over rounds.
 
 The Ray cluster is `ray.cluster_utils.Cluster`: `--nodes` nodes of `--cpus-per-node`
-logical CPUs, each with its own task-data folder, all on this machine. Its nodes share this
+logical CPUs (default: enough for the largest concurrency, as each run asks for its task's
+`cpus`, which the local executor does not count), each with its own task-data folder, all
+on this machine. Its nodes share this
 machine's cores, so the table is what the Ray executor adds per run (scheduling, the
 object store, the result's transfer), not what more machines would gain. The JSON also
 has, per node, how many runs it served and how many of them fetched the task data.
@@ -56,8 +58,9 @@ def positive_counts(text: str) -> tuple[int, ...]:
     return counts
 
 
-def start_cluster(nodes: int, cpus: int, scratch: Path):
-    """A local Ray cluster of `nodes` nodes, each with its own task-data folder, connected."""
+def start_cluster(nodes: int, cpus: int, memory_mb: int, scratch: Path):
+    """A local Ray cluster of `nodes` nodes of `cpus` logical CPUs and `memory_mb` of Ray's
+    memory resource, each with its own task-data folder, connected."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -68,10 +71,11 @@ def start_cluster(nodes: int, cpus: int, scratch: Path):
         folder = scratch / f"node-{i}-data"
         folder.mkdir(mode=0o755)
         folders.append(folder)
-    head = {"num_cpus": cpus, "env_vars": {DATA_ENV: str(folders[0])}, "include_dashboard": False}
+    memory = memory_mb << 20
+    head = {"num_cpus": cpus, "memory": memory, "env_vars": {DATA_ENV: str(folders[0])}, "include_dashboard": False}
     cluster = Cluster(initialize_head=True, head_node_args=head)
     for folder in folders[1:]:
-        cluster.add_node(num_cpus=cpus, env_vars={DATA_ENV: str(folder)})
+        cluster.add_node(num_cpus=cpus, memory=memory, env_vars={DATA_ENV: str(folder)})
     ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
     cluster.wait_for_nodes()
     return cluster
@@ -137,9 +141,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
 
     task = TaskRegistry(mlebench=False).get(args.task)
     prepare(task)
+    if args.cpus_per_node is None:  # the cluster holds the largest concurrency's runs at once
+        args.cpus_per_node = -(-max(args.concurrency) * task.spec.limits.cpus // args.nodes)
     scratch = Path(tempfile.mkdtemp(prefix="mleforge-bench-ray-"))
     scratch.chmod(0o755)
-    cluster = start_cluster(args.nodes, args.cpus_per_node, scratch)
+    # Ray's memory resource for as many of the task's runs as the node's CPUs hold.
+    memory_mb = max(1, args.cpus_per_node // task.spec.limits.cpus) * task.spec.limits.memory_mb
+    cluster = start_cluster(args.nodes, args.cpus_per_node, memory_mb, scratch)
     local = LocalExecutor(args.isolation, base_dir=scratch / "ws")
     rays = {c: RayExecutor(isolation=args.isolation, base_dir=scratch / "ws", max_concurrent=c)
             for c in args.concurrency}
@@ -167,6 +175,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
         "task": task.id, "isolation": isolation, "rounds": rows,
         # Per node: runs served, and how many fetched the task data (at most one per node: its cache).
         "nodes": nodes, "executors": len(rays),
+        "cluster": {"nodes": args.nodes, "cpus_per_node": args.cpus_per_node, "memory_mb_per_node": memory_mb},
     }
 
 
@@ -179,12 +188,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="concurrent runs, comma-separated (default 1,2,4)")
     parser.add_argument("--rounds", type=int, default=2, help="timed batches per (script, concurrency, executor)")
     parser.add_argument("--nodes", type=int, default=2)
-    parser.add_argument("--cpus-per-node", type=int, default=2)
+    parser.add_argument("--cpus-per-node", type=int, help="logical CPUs of each node (default: the largest "
+                        "concurrency's runs fit at once)")
     parser.add_argument("--isolation", default="auto", choices=("auto", "bwrap", "none"))
     parser.add_argument("--out", type=Path, default=Path("bench-out/ray_exec.json"))
     args = parser.parse_args(argv)
     for name in ("runs", "rounds", "nodes", "cpus_per_node"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
     from mleforge.errors import MleforgeError
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import secrets
 import shutil
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -31,10 +33,16 @@ def marked_sleeper(marker: str, seconds: float) -> str:
     )
 
 
+def marked_exec(marker: str, seconds: float) -> str:
+    """A script that becomes a process carrying `marker` in its command line (no child)."""
+    return ("import os, sys\n"
+            f"os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep({seconds})', '{marker}'])\n")
+
+
 def ray_executor(sandbox_base, **options):
     from mleforge.sandbox.ray_executor import RayExecutor
 
-    return RayExecutor(isolation="auto", base_dir=sandbox_base, **options)
+    return RayExecutor(base_dir=sandbox_base, **{"isolation": "auto", **options})
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +82,8 @@ def test_a_run_no_node_can_hold_is_refused(ray_cluster, canary, sandbox_base):
     too_big = RunLimits(timeout_s=5, memory_mb=1024, cpus=3)
     with ray_executor(sandbox_base) as executor, pytest.raises(ConfigError, match=r"needs 3 CPU, 1024 MiB memory"):
         executor.run("print(1)", canary, too_big)
-    with ray_executor(sandbox_base, resources={"node_c": 1}) as executor, \
-            pytest.raises(ConfigError, match="node_c=1.*have: 2 CPU, 5120 MiB memory, node_c=0"):
+    with ray_executor(sandbox_base, resources={"nowhere": 1}) as executor, \
+            pytest.raises(ConfigError, match="nowhere=1.*have: 2 CPU, 5120 MiB memory, nowhere=0"):
         executor.run("print(1)", canary)
 
 
@@ -169,35 +177,64 @@ def test_cancel_kills_the_run_on_its_node(ray_cluster, canary, sandbox_base, pro
     assert wait_for(lambda: not marked_processes(marker.encode()))
 
 
-def test_a_stuck_node_is_force_cancelled_and_lost(ray_cluster, canary, sandbox_base, probe, monkeypatch):
+@pytest.mark.parametrize("isolation", ["auto", "none"])
+def test_a_stuck_node_is_force_cancelled_and_lost(ray_cluster, canary, sandbox_base, probe, monkeypatch, isolation):
     """The node's own timeout is the rule; the driver's ray.cancel(force=True) the backstop,
-    and a node that missed its deadline lost the run: no score for the script."""
-    marker = f"{probe}-stuck"
-    with ray_executor(sandbox_base) as executor, ThreadPoolExecutor(1) as pool:
+    and a node that missed its deadline lost the run: no score for the script. The run's
+    processes die: with bwrap's pid namespace, or (unisolated) swept on the node once the
+    killed worker is gone."""
+    marker = f"{probe}-stuck-{isolation}"
+    with ray_executor(sandbox_base, isolation=isolation) as executor, ThreadPoolExecutor(1) as pool:
         monkeypatch.setattr(executor, "_deadline_s", lambda limits: 4.0)
         running = pool.submit(executor.run, marked_sleeper(marker, 60), canary,
                               RunLimits(timeout_s=30, memory_mb=512, cpus=1))
         assert wait_for(lambda: marked_processes(marker.encode()))
         with pytest.raises(SandboxError, match="gave no result .* within 4 s"):
             running.result(timeout=30)
-        assert wait_for(lambda: not marked_processes(marker.encode()))  # bwrap and the script die with the worker
+        assert wait_for(lambda: not marked_processes(marker.encode()))
         monkeypatch.undo()
         assert executor.run("print('next')", canary).stdout == "next\n"  # a new worker serves
 
 
-def test_a_dead_node_is_the_infrastructures_failure_and_nothing_runs_twice(ray_cluster, canary, sandbox_base,
+@pytest.fixture(scope="module")
+def node_c(ray_cluster):
+    """A third node, added last, where bwrap is turned off (MLEFORGE_BWRAP=none): a node that
+    cannot isolate runs. The last test of this module kills it."""
+    from mleforge.sandbox.ray_node import DATA_ENV
+    from mleforge.sandbox.workspace import remove_tree
+
+    data = tempfile.mkdtemp(prefix="mleforge-ray-node-c-")
+    node = ray_cluster.cluster.add_node(num_cpus=1, memory=2 << 30, env_vars={"MLEFORGE_BWRAP": "none", DATA_ENV: data})
+    ray_cluster.cluster.wait_for_nodes()
+    yield node
+    if node in ray_cluster.cluster.worker_nodes:
+        ray_cluster.cluster.remove_node(node, allow_graceful=False)
+    remove_tree(Path(data))
+
+
+def test_every_node_is_asked_how_it_isolates(ray_cluster, node_c, sandbox_base):
+    with ray_executor(sandbox_base) as executor:
+        found = executor.probe_nodes()
+        assert set(found) == {*ray_cluster.data_dirs, node_c.node_id}
+        assert {found[node] for node in ray_cluster.data_dirs} == {"bwrap"}
+        assert found[node_c.node_id].startswith("error: SandboxError: "), found
+        with pytest.raises(SandboxError, match=f"these Ray nodes cannot run scripts as asked \\({node_c.node_id[:12]}"):
+            executor.isolation  # noqa: B018 (the property probes)
+
+
+def test_a_dead_node_is_the_infrastructures_failure_and_nothing_runs_twice(ray_cluster, node_c, canary, sandbox_base,
                                                                            probe):
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     marker = f"{probe}-doomed"
-    node = ray_cluster.cluster.add_node(num_cpus=1, memory=2 << 30)
-    ray_cluster.cluster.wait_for_nodes()
-    # Soft affinity: a retry (there must be none) would find room on the other nodes.
-    strategy = NodeAffinitySchedulingStrategy(node.node_id, soft=True)
-    with ray_executor(sandbox_base, scheduling_strategy=strategy) as executor, ThreadPoolExecutor(1) as pool:
-        running = pool.submit(executor.run, marked_sleeper(marker, 60), canary)
+    # Soft affinity: a retry (there must be none) would find room on the other nodes. Unisolated:
+    # node c has no bwrap (the script is ours; it dies with its supervisor, having no children).
+    strategy = NodeAffinitySchedulingStrategy(node_c.node_id, soft=True)
+    with ray_executor(sandbox_base, isolation="none", scheduling_strategy=strategy) as executor, \
+            ThreadPoolExecutor(1) as pool:
+        running = pool.submit(executor.run, marked_exec(marker, 60), canary)
         assert wait_for(lambda: marked_processes(marker.encode()))
-        ray_cluster.cluster.remove_node(node, allow_graceful=False)
+        ray_cluster.cluster.remove_node(node_c, allow_graceful=False)
         with pytest.raises(SandboxError, match="lost the run .*not retried"):
             running.result(timeout=60)
         assert executor.node_stats() == {}  # no result came from any node

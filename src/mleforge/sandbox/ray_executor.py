@@ -59,7 +59,7 @@ from mleforge.errors import ConfigError, SandboxError
 from mleforge.sandbox.batch import BatchRuns
 from mleforge.sandbox.isolation import requested_isolation, require_hidden
 from mleforge.sandbox.limits import MIB, RunLimits
-from mleforge.sandbox.ray_node import node_isolation, ray_module, run_on_node, tar_of
+from mleforge.sandbox.ray_node import clean_node, node_isolation, ray_module, run_on_node, tar_of
 from mleforge.sandbox.result import ExecutionResult
 from mleforge.sandbox.workspace import SUBMISSION_NAME, Session, remove_tree
 from mleforge.tasks.preparation import require_prepared
@@ -103,7 +103,7 @@ class RayExecutor(BatchRuns):
         if max_concurrent is not None and max_concurrent < 1:
             raise ConfigError(f"max_concurrent must be >= 1 (or None: the cluster's CPUs); got {max_concurrent}")
         for key, value in (resources or {}).items():
-            if key in ("CPU", "GPU", "memory") or not value > 0:
+            if key in ("CPU", "GPU", "memory") or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"resources holds custom Ray resources > 0 (CPUs and memory come from the "
                                   f"task's limits); got {key}={value!r}")
         self.address = address
@@ -121,6 +121,7 @@ class RayExecutor(BatchRuns):
         self._session: Session | None = None
         self._isolation: str | None = None
         self._slots: threading.BoundedSemaphore | None = None
+        self._limit = 0  # the slots' number, once known
         self._fits: set[tuple] = set()
         self._nodes: dict[str, dict[str, int]] = defaultdict(lambda: {"runs": 0, "data_shipped": 0})
         self._lock = threading.Lock()
@@ -176,12 +177,39 @@ class RayExecutor(BatchRuns):
 
     @property
     def isolation(self) -> str:
-        """The isolation the nodes' local executors run with (asked of one node, once)."""
+        """The isolation the nodes' local executors run with, asked of every live node once:
+        a SandboxError naming the nodes where any cannot isolate as asked, or where they differ
+        (a node that cannot would refuse every run sent to it, each one lost)."""
         if self._isolation is None:
-            ray = self._connect()
-            probe = ray.remote(node_isolation).options(num_cpus=0, max_retries=0)
-            self._isolation = ray.get(probe.remote(self.requested, self.base_dir))
+            found = self.probe_nodes()
+            failed = {node: why for node, why in found.items() if why.startswith("error: ")}
+            if failed:
+                raise SandboxError("these Ray nodes cannot run scripts as asked ("
+                                   + "; ".join(f"{node[:12]}: {why[7:]}" for node, why in failed.items()) + ")")
+            if len(set(found.values())) > 1:
+                raise SandboxError(f"the Ray nodes isolate runs differently: {found}; give them the same set-up")
+            self._isolation = next(iter(found.values()))
         return self._isolation
+
+    def probe_nodes(self) -> dict[str, str]:
+        """Per live node id: the isolation its local executor resolves to, or "error: why"."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray = self._connect()
+        probe = ray.remote(node_isolation)
+        refs = {
+            node["NodeID"]: probe.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                node["NodeID"], soft=False)).remote(self.requested, self.base_dir)
+            for node in ray.nodes() if node.get("Alive")
+        }
+        found = {}
+        for node, ref in refs.items():
+            try:
+                found[node] = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                cause = getattr(exc, "cause", None) or exc  # a RayTaskError carries the node's exception
+                found[node] = f"error: {type(cause).__name__}: {str(cause).strip()[:500]}"
+        return found
 
     @property
     def workspaces_dir(self) -> Path:
@@ -217,13 +245,14 @@ class RayExecutor(BatchRuns):
             script, task.id, data_key, [data_ref], limits.to_dict(), self.requested, self.base_dir, keep,
             max_bytes, [s.to_dict() for s in task.spec.sources])
         submitted = time.monotonic()
+        started = None
         try:
             started = self._next(ray, stream, None, cancel)  # queued until then: not counted
             if started is None:
                 return self._lost(script, task.id, limits, "cancelled", submitted)
             since = time.monotonic()
             deadline = self._deadline_s(limits)
-            done = self._next(ray, stream, since + deadline, cancel)
+            done = self._next(ray, stream, since + deadline, cancel, started["node"])
             if done is None and not (cancel is not None and cancel.is_set()):
                 raise SandboxError(
                     f"node {started['node'][:12]} gave no result for run of {task.id} within {deadline:.0f} s "
@@ -235,14 +264,15 @@ class RayExecutor(BatchRuns):
             for _ in stream:  # to the end of the stream: until then the task keeps its CPUs and memory
                 pass
         except BaseException:
-            ray.cancel(stream, force=True)
+            self._kill(ray, stream, started["node"] if started else None)
             raise
         return self._land(ExecutionResult.from_dict(done["result"]), done["submission"])
 
     def _deadline_s(self, limits: RunLimits) -> float:
         return limits.timeout_s + limits.kill_grace_s + NODE_SLACK_S
 
-    def _next(self, ray, stream, deadline: float | None, cancel: threading.Event | None) -> dict | None:
+    def _next(self, ray, stream, deadline: float | None, cancel: threading.Event | None,
+              node: str | None = None) -> dict | None:
         """The stream's next item; None if the deadline passed or `cancel` was set (the
         task is then cancelled: politely first on `cancel`, by force in either case)."""
         while True:
@@ -259,11 +289,23 @@ class RayExecutor(BatchRuns):
                 wait_until = time.monotonic() + CANCEL_GRACE_S
                 while time.monotonic() < wait_until and not ray.wait([stream], timeout=POLL_S)[0]:
                     pass
-                ray.cancel(stream, force=True)
+                if not ray.wait([stream], timeout=0)[0]:  # still running: the worker goes
+                    self._kill(ray, stream, node)
                 return None
             if deadline is not None and time.monotonic() >= deadline:
-                ray.cancel(stream, force=True)
+                self._kill(ray, stream, node)
                 return None
+
+    def _kill(self, ray, stream, node: str | None) -> None:
+        """Cancel the run's task by force (its worker is killed; a bwrap run's processes die
+        with it) and, on its node, sweep what an unisolated run left behind once the worker
+        is gone (a task of its own there; nothing waits for it here)."""
+        ray.cancel(stream, force=True)
+        if node is not None and self.requested == "none":
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            there = NodeAffinitySchedulingStrategy(node, soft=False)
+            ray.remote(clean_node).options(num_cpus=0, max_retries=0, scheduling_strategy=there).remote(self.base_dir)
 
     def _acquire(self, cancel: threading.Event | None) -> bool:
         """A slot for one run; False if `cancel` was set while waiting for one."""

@@ -22,6 +22,7 @@ import shutil
 import tarfile
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from mleforge.sandbox.result import ExecutionResult
 from mleforge.tasks.spec import DataSource
 
 DATA_ENV = "MLEFORGE_RAY_DATA"  # where a node keeps unpacked task data
+CLEAN_WAIT_S = 30.0  # how long clean_node waits for a killed worker to be gone
 
 
 def ray_module():
@@ -90,6 +92,22 @@ def _bring_back(result: ExecutionResult, max_bytes: int) -> tuple[bytes | None, 
 
 def node_isolation(isolation: str, base_dir: str | None) -> str:
     return node_executor(isolation, base_dir).isolation
+
+
+def clean_node(base_dir: str | None, wait_s: float = CLEAN_WAIT_S) -> int:
+    """On the node of a run whose worker was killed by force: once that worker's session
+    is free (the process gone), remove it and kill what its runs left running
+    (workspace.clean_stale; an unisolated run's processes can outlive a killed worker).
+    Polls for up to `wait_s`; the number of sessions removed."""
+    from mleforge.sandbox.workspace import clean_stale, default_base
+
+    base = Path(base_dir) if base_dir else default_base()
+    deadline = time.monotonic() + wait_s
+    while True:
+        removed = clean_stale(base)
+        if removed or time.monotonic() >= deadline:
+            return len(removed)
+        time.sleep(0.2)
 
 
 _executors: dict[tuple, Any] = {}
