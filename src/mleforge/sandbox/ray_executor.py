@@ -263,6 +263,8 @@ class RayExecutor(BatchRuns):
             self._count(started["node"], done.get("shipped", False))
             for _ in stream:  # to the end of the stream: until then the task keeps its CPUs and memory
                 pass
+        except SandboxError:  # the task is gone already: Ray lost it, or we killed it
+            raise
         except BaseException:
             self._kill(ray, stream, started["node"] if started else None)
             raise
