@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import secrets
 import socket
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,14 +87,46 @@ def _bwrap_works(cls, base) -> str | None:
         executor.close()
 
 
+@dataclass
+class RayTestCluster:
+    """A local Ray cluster of two nodes on this machine (ray.cluster_utils.Cluster)."""
+
+    cluster: Any
+    data_dirs: dict[str, Path]  # node id -> its task-data folder ($MLEFORGE_RAY_DATA of that node)
+    node_b: str  # the id of the second node, which alone has the custom resource "node_b"
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """A local Ray cluster for the whole session (2 CPUs), shut down at the end."""
+    """Two Ray nodes for the whole session: 2 logical CPUs and 5 GiB of memory resource each,
+    each with its own task-data folder (as separate machines have); the second one also
+    offers the custom resource `node_b` (1), for tests that must place a run there."""
     ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'mleforge[ray]'")
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield ray
+    from ray.cluster_utils import Cluster
+
+    from mleforge.sandbox.ray_node import DATA_ENV
+    from mleforge.sandbox.workspace import remove_tree
+
+    if ray.is_initialized():  # someone else's connection: ours is a cluster of two nodes
+        ray.shutdown()
+    folders = [Path(tempfile.mkdtemp(prefix=f"mleforge-ray-node-{n}-")) for n in "ab"]
+    for folder in folders:  # the sandbox's uid must reach the data
+        folder.chmod(0o755)
+    # Fast health checks: a node killed by a test is declared dead within seconds.
+    head = {"num_cpus": 2, "memory": 5 << 30, "env_vars": {DATA_ENV: str(folders[0])}, "include_dashboard": False,
+            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 4}}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
+    cluster.add_node(num_cpus=2, memory=5 << 30, resources={"node_b": 1}, env_vars={DATA_ENV: str(folders[1])})
+    ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+    cluster.wait_for_nodes()
+    nodes = {n["NodeID"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
+    node_b = next(node for node, resources in nodes.items() if resources.get("node_b"))
+    data_dirs = {node: folders[1] if node == node_b else folders[0] for node in nodes}
+    yield RayTestCluster(cluster, data_dirs, node_b)
     ray.shutdown()
+    cluster.shutdown()
+    for folder in folders:
+        remove_tree(folder)
 
 
 @pytest.fixture(scope="session", params=EXECUTORS)
@@ -105,7 +140,8 @@ def executor(request, sandbox_base):
         request.getfixturevalue("ray_cluster")
         from mleforge.sandbox.ray_executor import RayExecutor
 
-        executor = RayExecutor(isolation="auto", base_dir=sandbox_base)
+        # SPREAD: the group's runs go to both nodes, not the first one that has room.
+        executor = RayExecutor(isolation="auto", base_dir=sandbox_base, scheduling_strategy="SPREAD")
         yield executor
         executor.close()
         return

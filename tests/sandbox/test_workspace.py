@@ -7,10 +7,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from mleforge.errors import SandboxError
+from mleforge.sandbox.process import marked_processes, sweep
 from mleforge.sandbox.workspace import (
     Session,
     clean_stale,
@@ -19,6 +21,7 @@ from mleforge.sandbox.workspace import (
     remove_tree,
     take_submission,
 )
+from tests.waiting import wait_for
 
 
 @pytest.fixture
@@ -166,3 +169,35 @@ def test_stale_sessions_of_dead_processes_are_removed(tmp_path):
     finally:
         child.kill()
         child.stdout.close()
+
+
+def test_a_stale_sessions_runs_leave_no_process_behind(tmp_path):
+    """A parent killed outright leaves an unisolated run's processes running; they carry the
+    run id (the run folder's name) and die when the stale session is cleaned."""
+    base = tmp_path / "base"
+    run_id = "ab12" + os.urandom(6).hex()
+    (tmp_path / "run_id").write_text(run_id)  # not in the parent's command line: only the run carries it
+    code = textwrap.dedent(f"""
+        import os, subprocess, sys, time
+        from pathlib import Path
+        from mleforge.sandbox.workspace import Session
+        s = Session(Path({str(base)!r}))
+        run_id = Path({str(tmp_path / "run_id")!r}).read_text()
+        (s.path / run_id).mkdir()
+        env = {{**os.environ, "MLEFORGE_RUN_ID": run_id}}
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env, start_new_session=True)
+        print(s.path, flush=True)
+        time.sleep(60)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        dead_path = parent.stdout.readline().strip()
+        assert len(marked_processes(run_id.encode())) == 1  # the run's process
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        assert marked_processes(run_id.encode())  # outlives its parent
+        assert clean_stale(base) == [Path(dead_path)]
+        assert wait_for(lambda: not marked_processes(run_id.encode()))
+    finally:
+        parent.kill()
+        sweep(run_id.encode())

@@ -1,71 +1,89 @@
 """The Ray executor: each run is one Ray task that runs the local executor on the node Ray picks.
 
-    driver (this process)                               a worker on some node
-    public data as a tar ─ray.put (once per checksum)─> unpacked once per node (verified)
-    task.options(num_cpus, memory, max_retries=0) ────> LocalExecutor.run_public(): bwrap,
-    wait for "started" (queueing does not count)        supervisor, limits, cleanup: all as local
-    deadline = timeout + grace + slack: ray.cancel(force=True)   yields the result and the
-    submission bytes ─> written in our own folder                 submission's bytes
+    driver (this process)                                   a worker on some node (ray_node.py)
+    a slot of max_concurrent (callers past it wait here)
+    public data as a tar ─ray.put (once per checksum)─────> fetched and unpacked once per node
+    task.options(num_cpus, memory, resources,               LocalExecutor.run_public(): bwrap,
+                 max_retries=0, retry_exceptions=False) ──> supervisor, limits, cleanup: as local
+    wait for "started" (queueing does not count)            yields the result and the
+    deadline = timeout + grace + slack: ray.cancel(force)   submission's bytes
+    submission bytes ─> written in our own folder
 
 Isolation, limits and the outcome of a run are the local executor's, on the
 node: only the public data ever leaves this machine (never the private
-answers), and grading happens here. The node's own timeout ends a run; the
-driver's forced cancellation (which kills the worker process, and with it the
-run: bwrap dies with its parent) is the backstop for a stuck node, because a
-Ray `get` timeout alone stops nothing. Such a run, and a cancelled one, comes
-back without output (killed_by "timeout" or "cancelled", and a warning).
+answers), and grading happens here.
 
-Tasks run with `max_retries=0`: a script is never run twice behind our back.
-A kept workspace (`keep=True`) stays on the node; `result.workspace` is its
-path there.
+Back-pressure: at most `max_concurrent` runs are Ray tasks at once; a caller
+past that waits in `run` (its cancel event still ends the wait) instead of
+queueing tasks in the cluster without bound. Per-node concurrency is Ray's own
+resource accounting: a run asks for the task's `cpus` and `memory_mb` (and any
+custom `resources`), so a node started with `--num-cpus 16` holds 16 one-CPU
+runs at once.
+
+Nothing runs twice behind our back. Tasks go out with `max_retries=0`: Ray then
+retries neither a crashed worker, a dead or preempted node, an out-of-memory
+kill by its memory monitor (whose own retry budget is zero when max_retries is)
+nor a lost object's lineage; `retry_exceptions=False` keeps an exception on the
+node from re-running it. A cancelled task is never retried either.
+
+Killing: the node's own timeout ends a run. `cancel` (or a caller's exception)
+asks first politely (a KeyboardInterrupt in the task: the local executor kills
+the run's process tree and cleans up), then by force; the driver's deadline is
+the backstop for a stuck node: `ray.cancel(force=True)` kills the worker, and the
+run's processes die with it (bwrap's --die-with-parent, the supervisor's death
+signal), because a Ray `get` timeout alone stops nothing.
+
+Failures are named for whose they are: a script's crash, timeout or memory
+failure is its ExecutionResult, as on the local executor; a node that died, a
+worker that crashed, a run the node never finished, or an error in our code on
+the node raises SandboxError (the run is lost to the infrastructure: a trainer
+leaves it out instead of scoring it). A cancelled run comes back without output
+(killed_by "cancelled"). A kept workspace (`keep=True`) stays on the node;
+`result.workspace` is its path there.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import functools
 import hashlib
-import io
 import os
 import secrets
-import shutil
 import sys
-import tarfile
-import tempfile
 import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from mleforge.errors import MissingExtra, SandboxError
+from mleforge.errors import ConfigError, SandboxError
 from mleforge.sandbox.batch import BatchRuns
 from mleforge.sandbox.isolation import requested_isolation, require_hidden
 from mleforge.sandbox.limits import MIB, RunLimits
+from mleforge.sandbox.ray_node import clean_node, node_isolation, ray_module, run_on_node, tar_of
 from mleforge.sandbox.result import ExecutionResult
 from mleforge.sandbox.workspace import SUBMISSION_NAME, Session, remove_tree
 from mleforge.tasks.preparation import require_prepared
-from mleforge.tasks.spec import DataSource, Limits
+from mleforge.tasks.spec import Limits
 from mleforge.tasks.task import Task
 
 NODE_SLACK_S = 60.0  # beyond timeout + grace: workspace set-up and clean-up, the result's transfer
 CANCEL_GRACE_S = 10.0  # a polite cancel (KeyboardInterrupt in the task) before a forced one
 POLL_S = 0.1
-DATA_ENV = "MLEFORGE_RAY_DATA"  # where nodes keep unpacked task data
-
-
-def _ray():
-    try:
-        import ray
-    except ImportError as exc:
-        raise MissingExtra("ray", "ray", "the Ray executor") from exc
-    return ray
 
 
 class RayExecutor(BatchRuns):
-    """Runs scripts as Ray tasks. `address`: the cluster (None: the one this process is
-    connected to, else a new local one); `isolation`: the local executor's, on each node;
-    `base_dir`: the workspaces folder on the nodes and here; `init_options`: for ray.init."""
+    """Runs scripts as Ray tasks on a cluster.
+
+    `address`: the cluster (None: $RAY_ADDRESS, else the one `ray start` left on this
+    machine, else a new local one); `isolation`: the local executor's, on each node;
+    `base_dir`: the workspaces folder on the nodes and here; `max_workers`: threads of
+    `run_many`/`run_batch`; `max_concurrent`: runs in flight at once (None: the
+    cluster's CPUs when first used); `resources`: custom Ray resources each run asks
+    for besides its CPUs and memory (e.g. {"sandbox": 1} on nodes started with
+    `--resources '{"sandbox": 8}'`: at most 8 runs per node); `scheduling_strategy`:
+    Ray's (e.g. "SPREAD"); `check_fit`: refuse a run that no live node could ever
+    hold (turn off where an autoscaler adds such nodes); `init_options`: for ray.init.
+    """
 
     name = "ray"
 
@@ -76,18 +94,36 @@ class RayExecutor(BatchRuns):
         isolation: str | None = None,
         base_dir: str | Path | None = None,
         max_workers: int | None = None,
+        max_concurrent: int | None = None,
+        resources: dict[str, float] | None = None,
+        scheduling_strategy: Any = None,
+        check_fit: bool = True,
         init_options: dict[str, Any] | None = None,
     ):
+        if max_concurrent is not None and max_concurrent < 1:
+            raise ConfigError(f"max_concurrent must be >= 1 (or None: the cluster's CPUs); got {max_concurrent}")
+        for key, value in (resources or {}).items():
+            if key in ("CPU", "GPU", "memory") or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"resources holds custom Ray resources > 0 (CPUs and memory come from the "
+                                  f"task's limits); got {key}={value!r}")
         self.address = address
         # Decided here, not on the nodes: $MLEFORGE_ISOLATION of the driver is what the
         # user set; a node refuses to run (fail closed) where bwrap does not work.
         self.requested = requested_isolation(isolation)
         self.base_dir = str(base_dir) if base_dir else None
         self.max_workers = max_workers
+        self.max_concurrent = max_concurrent
+        self.resources = dict(resources or {})
+        self.scheduling_strategy = scheduling_strategy
+        self.check_fit = check_fit
         self.init_options = dict(init_options or {})
         self._data: dict[str, Any] = {}  # public data checksum -> ObjectRef of its tar
         self._session: Session | None = None
         self._isolation: str | None = None
+        self._slots: threading.BoundedSemaphore | None = None
+        self._limit = 0  # the slots' number, once known
+        self._fits: set[tuple] = set()
+        self._nodes: dict[str, dict[str, int]] = defaultdict(lambda: {"runs": 0, "data_shipped": 0})
         self._lock = threading.Lock()
 
     # -- the Executor protocol ------------------------------------------------------
@@ -110,30 +146,15 @@ class RayExecutor(BatchRuns):
 
             require_hidden(task, python_roots(sys.executable))
         ray = self._connect()
-        data_key, data_ref = self._data_ref(task)
-        remote = _remote_run().options(**task_options(limits))
-        from mleforge.grading.submission import submission_byte_limit
-
-        # The submission comes back through the object store only up to what the grader reads.
-        max_bytes = submission_byte_limit(task.answers_path.stat().st_size)
-        stream = remote.remote(script, task.id, data_key, [data_ref], limits.to_dict(), self.requested,
-                               self.base_dir, keep, max_bytes, [s.to_dict() for s in task.spec.sources])
-        submitted = time.monotonic()
+        options = task_options(limits, self.resources, self.scheduling_strategy)
+        self._require_fit(ray, options)
+        waiting = time.monotonic()
+        if not self._acquire(cancel):  # back-pressure: no task goes out past max_concurrent
+            return self._lost(script, task.id, limits, "cancelled", waiting)
         try:
-            if self._next(ray, stream, None, cancel) is None:  # queued until then: not counted
-                return self._lost(script, task.id, limits, "cancelled", submitted)
-            started = time.monotonic()
-            done = self._next(ray, stream, started + self._deadline_s(limits), cancel)
-            if done is None:
-                why = "cancelled" if cancel is not None and cancel.is_set() else "timeout"
-                return self._lost(script, task.id, limits, why, started)
-            # To the end of the stream: until then the task keeps its CPUs and memory.
-            for _ in stream:
-                pass
-        except BaseException:
-            ray.cancel(stream, force=True)
-            raise
-        return self._land(ExecutionResult.from_dict(done["result"]), done["submission"])
+            return self._submit(ray, script, task, limits, options, keep, cancel)
+        finally:
+            self._slots.release()
 
     def discard(self, result: ExecutionResult) -> None:
         if result.submission_path and self._session is not None:
@@ -156,32 +177,106 @@ class RayExecutor(BatchRuns):
 
     @property
     def isolation(self) -> str:
-        """The isolation the nodes' local executors run with (asked of one node, once)."""
+        """The isolation the nodes' local executors run with, asked of every live node once:
+        a SandboxError naming the nodes where any cannot isolate as asked, or where they differ
+        (a node that cannot would refuse every run sent to it, each one lost)."""
         if self._isolation is None:
-            ray = self._connect()
-            probe = ray.remote(_node_isolation).options(num_cpus=0, max_retries=0)
-            self._isolation = ray.get(probe.remote(self.requested, self.base_dir))
+            found = self.probe_nodes()
+            failed = {node: why for node, why in found.items() if why.startswith("error: ")}
+            if failed:
+                raise SandboxError("these Ray nodes cannot run scripts as asked ("
+                                   + "; ".join(f"{node[:12]}: {why[7:]}" for node, why in failed.items()) + ")")
+            if len(set(found.values())) > 1:
+                raise SandboxError(f"the Ray nodes isolate runs differently: {found}; give them the same set-up")
+            self._isolation = next(iter(found.values()))
         return self._isolation
+
+    def probe_nodes(self) -> dict[str, str]:
+        """Per live node id: the isolation its local executor resolves to, or "error: why"."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray = self._connect()
+        probe = ray.remote(node_isolation)
+        refs = {
+            node["NodeID"]: probe.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                node["NodeID"], soft=False)).remote(self.requested, self.base_dir)
+            for node in ray.nodes() if node.get("Alive")
+        }
+        found = {}
+        for node, ref in refs.items():
+            try:
+                found[node] = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                cause = getattr(exc, "cause", None) or exc  # a RayTaskError carries the node's exception
+                found[node] = f"error: {type(cause).__name__}: {str(cause).strip()[:500]}"
+        return found
 
     @property
     def workspaces_dir(self) -> Path:
         """This process's folder (submissions brought back from the nodes)."""
         return self._get_session().path
 
+    @property
+    def concurrency(self) -> int:
+        """How many runs may be Ray tasks at once (`max_concurrent`, else the cluster's CPUs)."""
+        return self._get_slots()[1]
+
+    def node_stats(self) -> dict[str, dict[str, int]]:
+        """Per node id: the runs it started for this executor, and how many of them
+        fetched the task data (at most one per task data and node)."""
+        with self._lock:
+            return {node: dict(counts) for node, counts in self._nodes.items()}
+
     # -- the driver's side ------------------------------------------------------------
 
     def _connect(self):
-        ray = _ray()
+        ray = ray_module()
         if not ray.is_initialized():
             ray.init(address=self.address, **self.init_options)
         return ray
 
+    def _submit(self, ray, script, task, limits, options, keep, cancel) -> ExecutionResult:
+        from mleforge.grading.submission import submission_byte_limit
+
+        data_key, data_ref = self._data_ref(task)
+        # The submission comes back through the object store only up to what the grader reads.
+        max_bytes = submission_byte_limit(task.answers_path.stat().st_size)
+        stream = _remote_run().options(**options).remote(
+            script, task.id, data_key, [data_ref], limits.to_dict(), self.requested, self.base_dir, keep,
+            max_bytes, [s.to_dict() for s in task.spec.sources])
+        submitted = time.monotonic()
+        started = None
+        try:
+            started = self._next(ray, stream, None, cancel)  # queued until then: not counted
+            if started is None:
+                return self._lost(script, task.id, limits, "cancelled", submitted)
+            since = time.monotonic()
+            deadline = self._deadline_s(limits)
+            done = self._next(ray, stream, since + deadline, cancel, started["node"])
+            if done is None and not (cancel is not None and cancel.is_set()):
+                raise SandboxError(
+                    f"node {started['node'][:12]} gave no result for run of {task.id} within {deadline:.0f} s "
+                    "(timeout + grace + slack; its own timeout should have ended it): the Ray task was "
+                    "cancelled by force (its worker killed, and the run's processes with it); the run is lost")
+            if done is None:
+                return self._lost(script, task.id, limits, "cancelled", since)
+            self._count(started["node"], done.get("shipped", False))
+            for _ in stream:  # to the end of the stream: until then the task keeps its CPUs and memory
+                pass
+        except SandboxError:  # the task is gone already: Ray lost it, or we killed it
+            raise
+        except BaseException:
+            self._kill(ray, stream, started["node"] if started else None)
+            raise
+        return self._land(ExecutionResult.from_dict(done["result"]), done["submission"])
+
     def _deadline_s(self, limits: RunLimits) -> float:
         return limits.timeout_s + limits.kill_grace_s + NODE_SLACK_S
 
-    def _next(self, ray, stream, deadline: float | None, cancel: threading.Event | None) -> dict | None:
+    def _next(self, ray, stream, deadline: float | None, cancel: threading.Event | None,
+              node: str | None = None) -> dict | None:
         """The stream's next item; None if the deadline passed or `cancel` was set (the
-        task is then cancelled, politely first, then by force)."""
+        task is then cancelled: politely first on `cancel`, by force in either case)."""
         while True:
             ready, _ = ray.wait([stream], timeout=POLL_S)
             if ready:
@@ -190,17 +285,63 @@ class RayExecutor(BatchRuns):
                 except StopIteration as exc:
                     raise SandboxError("the Ray task ended without a result") from exc
                 except ray.exceptions.RayError as exc:
-                    raise SandboxError(f"the Ray task failed: {exc}") from exc
+                    raise lost_run(ray, exc) from exc
             if cancel is not None and cancel.is_set():
                 ray.cancel(stream, force=False)  # KeyboardInterrupt there: the local executor cleans up
                 wait_until = time.monotonic() + CANCEL_GRACE_S
                 while time.monotonic() < wait_until and not ray.wait([stream], timeout=POLL_S)[0]:
                     pass
-                ray.cancel(stream, force=True)
+                if not ray.wait([stream], timeout=0)[0]:  # still running: the worker goes
+                    self._kill(ray, stream, node)
                 return None
             if deadline is not None and time.monotonic() >= deadline:
-                ray.cancel(stream, force=True)
+                self._kill(ray, stream, node)
                 return None
+
+    def _kill(self, ray, stream, node: str | None) -> None:
+        """Cancel the run's task by force (its worker is killed; a bwrap run's processes die
+        with it) and, on its node, sweep what an unisolated run left behind once the worker
+        is gone (a task of its own there; nothing waits for it here)."""
+        ray.cancel(stream, force=True)
+        if node is not None and self.requested == "none":
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            there = NodeAffinitySchedulingStrategy(node, soft=False)
+            ray.remote(clean_node).options(num_cpus=0, max_retries=0, scheduling_strategy=there).remote(self.base_dir)
+
+    def _acquire(self, cancel: threading.Event | None) -> bool:
+        """A slot for one run; False if `cancel` was set while waiting for one."""
+        slots, _ = self._get_slots()
+        while not slots.acquire(timeout=POLL_S):
+            if cancel is not None and cancel.is_set():
+                return False
+        return True
+
+    def _get_slots(self) -> tuple[threading.BoundedSemaphore, int]:
+        with self._lock:
+            if self._slots is None:
+                limit = self.max_concurrent
+                if limit is None:  # every run takes at least one CPU: no more could run at once
+                    limit = max(1, int(self._connect().cluster_resources().get("CPU", 1)))
+                self._slots, self._limit = threading.BoundedSemaphore(limit), limit
+            return self._slots, self._limit
+
+    def _require_fit(self, ray, options: dict[str, Any]) -> None:
+        """A ConfigError where no live node could ever hold one run (it would wait forever)."""
+        need = {"CPU": float(options["num_cpus"]), "memory": float(options["memory"]), **options.get("resources", {})}
+        key = tuple(sorted(need.items()))
+        if not self.check_fit or key in self._fits:
+            return
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        if not any(all(node.get(k, 0) >= v for k, v in need.items()) for node in nodes):
+            offers = "; ".join(describe_resources(node, need) for node in nodes) or "none alive"
+            raise ConfigError(
+                f"no node of the Ray cluster can hold one run: it needs {describe_resources(need, need)}, "
+                f"and the nodes have: {offers}. Lower the task's limits (cpus, memory_mb), start nodes with "
+                "more (ray start --num-cpus, --memory, --resources), or pass check_fit=False where an "
+                "autoscaler adds such nodes")
+        with self._lock:
+            self._fits.add(key)
 
     def _data_ref(self, task: Task) -> tuple[str, Any]:
         from mleforge.sandbox.caching_executor import public_checksum
@@ -208,8 +349,13 @@ class RayExecutor(BatchRuns):
         key = public_checksum(task)
         with self._lock:
             if key not in self._data:
-                self._data[key] = _ray().put(_tar(task.public_dir))
+                self._data[key] = ray_module().put(tar_of(task.public_dir))
             return key, self._data[key]
+
+    def _count(self, node: str, shipped: bool) -> None:
+        with self._lock:
+            self._nodes[node]["runs"] += 1
+            self._nodes[node]["data_shipped"] += int(bool(shipped))
 
     def _workers(self, max_workers: int | None, task: Task, limits) -> int:
         if max_workers or self.max_workers:
@@ -236,134 +382,54 @@ class RayExecutor(BatchRuns):
         return ExecutionResult.from_dict({**result.to_dict(), "submission_path": str(path) if path else None})
 
     def _lost(self, script: str, task_id: str, limits: RunLimits, why: str, since: float) -> ExecutionResult:
-        """A run whose task was cancelled: nothing came back from the node."""
-        warning = (
-            f"the Ray task was cancelled (ray.cancel force=True) after {time.monotonic() - since:.1f} s"
-            + (" without a result from the node (timeout + grace + slack)" if why == "timeout" else "")
-            + "; its output is lost"
-        )
+        """A run cancelled by its caller: nothing came back from the node."""
+        warning = f"the run was cancelled after {time.monotonic() - since:.1f} s; its output is lost"
         return ExecutionResult(
             run_id=secrets.token_hex(8), task_id=task_id, returncode=None, signal=None,
-            timed_out=why == "timeout", killed_by=why, wall_s=round(time.monotonic() - since, 4), cpu_s=0.0,
+            timed_out=False, killed_by=why, wall_s=round(time.monotonic() - since, 4), cpu_s=0.0,
             peak_memory_mb=0.0, stdout="", stderr="", stdout_bytes=0, stderr_bytes=0, submission_path=None,
             isolation=self._isolation or "unknown", warnings=(warning,),
             script_sha256=hashlib.sha256(script.encode("utf-8")).hexdigest(), limits=limits.to_dict(),
         )
 
 
-def task_options(limits: RunLimits) -> dict[str, Any]:
-    """One Ray task per run: the run's CPU share and memory as resources, never retried,
-    and a stream of two items (the start, then the result)."""
-    return {"num_cpus": limits.cpus, "memory": limits.memory_mb * MIB, "max_retries": 0, "num_returns": "streaming"}
+def task_options(limits: RunLimits, resources: dict[str, float] | None = None,
+                 scheduling_strategy: Any = None) -> dict[str, Any]:
+    """One Ray task per run: the run's CPU share, memory and custom resources as Ray
+    resources, never retried (see the module's docstring), and a stream of two items
+    (the start, then the result)."""
+    options: dict[str, Any] = {
+        "num_cpus": limits.cpus, "memory": limits.memory_mb * MIB, "max_retries": 0, "retry_exceptions": False,
+        "num_returns": "streaming",
+    }
+    if resources:
+        options["resources"] = dict(resources)
+    if scheduling_strategy is not None:
+        options["scheduling_strategy"] = scheduling_strategy
+    return options
 
 
-def _tar(folder: Path) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        tar.add(folder, arcname="public")
-    return buffer.getvalue()
+def lost_run(ray, exc: Exception) -> SandboxError:
+    """The SandboxError for a run Ray lost: the cluster's failure, never the script's
+    (a script's own failures come back as its result)."""
+    if isinstance(exc, ray.exceptions.RayTaskError):  # our code on the node raised, around the run
+        cause = exc.cause if exc.cause is not None else exc
+        return SandboxError(f"the run's Ray task failed on its node: {type(cause).__name__}: {cause}")
+    first_line = (str(exc).strip().splitlines() or [""])[0]
+    return SandboxError(f"the Ray cluster lost the run ({type(exc).__name__}: {first_line}); it was not "
+                        "retried (max_retries=0): an infrastructure failure, not the script's")
 
 
-# -- the node's side (runs in Ray workers) ------------------------------------------------
+def describe_resources(resources: dict[str, float], keys: dict[str, float]) -> str:
+    """`resources` as "2 CPU, 4096 MiB memory, sandbox=1", only the `keys` asked about."""
+    parts = []
+    for key in keys:
+        value = resources.get(key, 0)
+        parts.append(f"{value / MIB:.0f} MiB memory" if key == "memory" else
+                     f"{value:g} CPU" if key == "CPU" else f"{key}={value:g}")
+    return ", ".join(parts)
 
 
 @functools.lru_cache(maxsize=1)
 def _remote_run():
-    return _ray().remote(_run_on_node)
-
-
-def _run_on_node(script, task_id, data_key, data_refs, limits, isolation, base_dir, keep, max_bytes, sources=()):
-    """A generator task: first "started" (the driver's clock starts), then the result.
-    A submission over `max_bytes` (what the grader would refuse unread) stays behind.
-    `sources`: the task's declared ones (DataSource.to_dict()), hidden on the node too."""
-    yield {"event": "started", "pid": os.getpid()}
-    public = _node_data(data_key, data_refs[0])
-    executor = _node_executor(isolation, base_dir)
-    declared = tuple(DataSource(s.get("package"), s["path"]) for s in sources)
-    result = ran = executor.run_public(script, task_id, public, RunLimits.from_dict(limits), keep=keep,
-                                       sources=declared)
-    submission = None
-    if result.submission_path:
-        with open(result.submission_path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            submission = f.read(max_bytes + 1) if size <= max_bytes else b""
-        if size > max_bytes or len(submission) > max_bytes:
-            submission = None
-            result = ExecutionResult.from_dict({
-                **result.to_dict(), "submission_path": None,
-                "warnings": [*result.warnings, f"the submission ({size} bytes) is over the {max_bytes}-byte "
-                             "limit for this task (10x the answers file plus 1 MiB); it was not brought back"],
-            })
-        if not keep:
-            executor.discard(ran)
-    yield {"result": result.to_dict(), "submission": submission}
-
-
-def _node_isolation(isolation: str, base_dir: str | None) -> str:
-    return _node_executor(isolation, base_dir).isolation
-
-
-_executors: dict[tuple, Any] = {}
-_executors_lock = threading.Lock()
-
-
-def _node_executor(isolation: str, base_dir: str | None):
-    """One local executor per worker process and setting, closed when the worker exits."""
-    from mleforge.sandbox.local import LocalExecutor
-
-    with _executors_lock:
-        key = (isolation, base_dir)
-        if key not in _executors:
-            executor = LocalExecutor(isolation, base_dir=base_dir)
-            atexit.register(executor.close)
-            _executors[key] = executor
-        return _executors[key]
-
-
-_data_lock = threading.Lock()
-
-
-def _node_data(key: str, ref) -> Path:
-    """The task's public data on this node: unpacked once per checksum, checked against it,
-    readable by the sandbox's uids, never written to again."""
-    import fcntl
-
-    from mleforge.sandbox.caching_executor import checksum_of_folder
-
-    root = Path(os.environ.get(DATA_ENV) or Path(tempfile.gettempdir()) / f"mleforge-ray-data-{os.getuid()}")
-    final = root / key / "public"
-    if final.is_dir():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    os.chmod(root, 0o755)  # the sandbox's uid must reach the data
-    with _data_lock, open(root / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if final.is_dir():
-            return final
-        staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
-        try:
-            with tarfile.open(fileobj=io.BytesIO(_ray().get(ref)), mode="r") as tar:
-                # Our own archive, but never trusted to stay inside `staging`.
-                if hasattr(tarfile, "data_filter"):
-                    tar.extractall(staging, filter="data")
-                else:  # Python < 3.11.4
-                    _check_members(tar)
-                    tar.extractall(staging)
-            unpacked = staging / "public"
-            if checksum_of_folder(unpacked) != key:
-                raise SandboxError(f"the task data shipped to this node does not match its checksum {key[:12]}")
-            for path in [unpacked, *unpacked.rglob("*")]:
-                os.chmod(path, 0o555 if path.is_dir() else 0o444)
-            os.chmod(staging, 0o755)
-            os.replace(staging, root / key)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                shutil.rmtree(staging)
-    return final
-
-
-def _check_members(tar: tarfile.TarFile) -> None:
-    for member in tar.getmembers():
-        parts = Path(member.name).parts
-        if member.name.startswith("/") or ".." in parts or not (member.isfile() or member.isdir()):
-            raise SandboxError(f"the task data archive holds an unsafe entry: {member.name!r}")
+    return ray_module().remote(run_on_node)

@@ -182,9 +182,22 @@ def clean_stale(base: Path) -> list[Path]:
             continue  # its owner is alive
         finally:
             os.close(fd)
+        _end_runs_of(path)
         remove_tree(path)
         removed.append(path)
     return removed
+
+
+def _end_runs_of(session: Path) -> None:
+    """Kill what the runs of a dead process's session left running. A bwrap run's processes
+    die with its pid namespace; an unisolated run's can outlive a parent killed outright
+    (SIGKILL, or a Ray worker killed by force), and carry its run id (the folder's name)."""
+    from mleforge.sandbox.process import sweep
+
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(session):
+            if entry.is_dir(follow_symlinks=False) and entry.name != "submissions":
+                sweep(entry.name.encode())
 
 
 class Session:
