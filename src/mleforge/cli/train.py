@@ -80,12 +80,29 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     print_table("train", ["run", "steps", "final model", "wall s"],
                 [[result.run_dir, result.steps, f"hf:{result.final_model}", result.wall_s]])
-    from mleforge.eval.stages import stepwise_table
-
-    table = stepwise_table(Path(result.run_dir))
-    if table is not None:
-        columns, rows = table
-        print_table("step-wise evaluation on the eval tasks (mean ± SEM over states)", list(columns),
-                    [list(r) for r in rows])
+    _print_stepwise(Path(result.run_dir))
     err_console.print(f"report: {result.report}  (mleforge report {result.run_dir})", highlight=False)
     return 0
+
+
+def _print_stepwise(run_dir: Path) -> None:
+    """The run's step-wise evaluations side by side, then each paired difference with its 95% CI."""
+    from mleforge.errors import ConfigError
+    from mleforge.eval.stages import stepwise_stages
+    from mleforge.eval.stepwise_compare import comparison_caption, comparison_rows
+    from mleforge.eval.stepwise_report import stage_comparisons, stages_table
+
+    stages = stepwise_stages(run_dir)
+    if stages is None:
+        return
+    columns, rows = stages_table(stages)
+    print_table("step-wise evaluation on the eval tasks (mean ± SEM over states with headroom)", list(columns),
+                [list(r) for r in rows])
+    try:
+        comparisons = stage_comparisons(stages)
+    except ConfigError as exc:  # evaluations of another version of the run, on other states
+        err_console.print(f"no paired comparison: {exc}", highlight=False)
+        return
+    for comparison in comparisons:
+        columns, rows = comparison_rows(comparison)
+        print_table(comparison_caption(comparison), list(columns), [list(r) for r in rows])
