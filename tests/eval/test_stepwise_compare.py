@@ -117,3 +117,22 @@ def test_cli_compare_on_result_files(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["kind"] == "null_halves"
     assert main(["eval", "compare", str(tmp_path / "missing.json"), str(files["b"])]) == 2
     assert "no step-wise result there" in " ".join(capsys.readouterr().err.split())
+
+
+def test_train_prints_the_runs_three_evaluations_and_their_paired_differences(tmp_path, capsys):
+    """What `mleforge train` prints at its end (cli.train._print_stepwise), from the run's
+    stepwise/ files: the stages side by side, then after SFT − before, after − after SFT,
+    after − before, each with its paired difference and CI."""
+    from mleforge.cli.train import _print_stepwise
+
+    folder = tmp_path / "stepwise"
+    folder.mkdir()
+    for label, rewards in (("before", A), ("sft", B), ("after", B)):
+        data = {"available": True, **result(label, rewards).to_dict()}
+        (folder / f"{label}.json").write_text(json.dumps(data), encoding="utf-8")
+    _print_stepwise(tmp_path)
+    out = capsys.readouterr().out
+    assert "after SFT" in out and "states with headroom (the figures' n)" in out
+    for caption in ("after SFT − before", "after − after SFT", "after − before"):
+        assert caption + " on the same 3 states" in " ".join(out.split()), out
+    assert "+33.3 ± 16.7" in out  # valid %, after SFT − before (hand-computed above)
