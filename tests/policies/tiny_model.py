@@ -12,18 +12,10 @@ TEXT = ("def add(a, b):\n    return a + b\n\nimport numpy as np\nimport pandas a
         "the model trains on the data and writes a submission file with predictions\n") * 20
 
 
-def build_tiny_model(folder: Path, architecture: str = "llama") -> Path:
-    """`architecture` "qwen2" gives a Qwen2 (the bundled Qwen's kind: biased q/k/v, tied
-    embeddings, an embedding larger than the tokenizer's vocabulary) of the same size."""
-    import torch
+def build_tokenizer():
+    """A byte-level BPE of 320 tokens trained on TEXT, with a chat template (`<|im_end|>` ends a turn)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import (
-        LlamaConfig,
-        LlamaForCausalLM,
-        PreTrainedTokenizerFast,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-    )
+    from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -34,7 +26,16 @@ def build_tiny_model(folder: Path, architecture: str = "llama") -> Path:
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>",
                                         pad_token="<|pad|>", bos_token="<|im_start|>")
     tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
 
+
+def build_tiny_model(folder: Path, architecture: str = "llama") -> Path:
+    """`architecture` "qwen2" gives a Qwen2 (the bundled Qwen's kind: biased q/k/v, tied
+    embeddings, an embedding larger than the tokenizer's vocabulary) of the same size."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = build_tokenizer()
     config_cls, model_cls, extra = {
         "llama": (LlamaConfig, LlamaForCausalLM, {}),
         # Reloaded as a Qwen2 tokenizer it gains a token; the real Qwen's embedding has room

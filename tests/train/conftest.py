@@ -1,4 +1,4 @@
-"""Fixtures of the training tests: the titanic task prepared, a tiny model, an expert journal."""
+"""Fixtures of the training tests: the titanic task prepared, tiny models, an expert journal."""
 
 from __future__ import annotations
 
@@ -20,6 +20,16 @@ def titanic(registry):
 def tiny(tmp_path_factory):
     pytest.importorskip("trl")
     return tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="session")
+def learner(tmp_path_factory):
+    """tests/train/tiny_model.py's warm-started tiny Qwen2 (a transformers folder): a model whose
+    behaviour GRPO can move in a few dozen CPU steps."""
+    pytest.importorskip("trl")
+    from tests.train.tiny_model import build_learner
+
+    return build_learner(tmp_path_factory.mktemp("learner") / "model")
 
 
 @pytest.fixture(scope="session")
