@@ -151,3 +151,15 @@ def test_trl_receives_warmup_beta_scaling_and_one_optimizer_step_per_step(tmp_pa
     whole = grpo_args(SimpleNamespace(config=TrainConfig(steps=8, warmup=3, lr_scheduler="linear"), world_size=1),
                       tmp_path, "cpu")
     assert whole.get_warmup_steps(8) == 3 and whole.gradient_accumulation_steps == 1
+
+
+def test_the_null_controls_permutation_stays_within_each_group_and_repeats_by_seed():
+    from mleforge.train.grpo.advantages import group_permutation
+
+    order = group_permutation(12, 4, seed=7)
+    assert [sorted(order[g:g + 4]) for g in (0, 4, 8)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert order == group_permutation(12, 4, seed=7)
+    assert any(group_permutation(12, 4, seed=s) != list(range(12)) for s in range(3))  # it does move rows
+    with pytest.raises(ValueError, match="do not split"):
+        group_permutation(6, 4, seed=0)
+    assert TrainConfig(shuffle_rewards=True).shuffle_rewards and not TrainConfig().shuffle_rewards

@@ -271,6 +271,9 @@ class TrainConfig(_Tree):
         "choices": INVALID_GROUPS, "help": "a group with no valid rollout (its failures' small reward gaps): "
                                            "standardize (scaled as any group), zero (no advantage), raw "
                                            "(r - group mean, unscaled); mleforge.train.grpo.advantages"})
+    shuffle_rewards: bool = field(default=False, metadata={
+        "help": "a null control: each group's rewards are permuted (seeded) before the advantages, so the "
+                "updates keep GRPO's size and carry no signal; the rollouts keep their own rewards"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
     buffer_growth: bool = field(default=True, metadata={
         "negative": "--no-buffer-growth",
@@ -357,6 +360,7 @@ class TrainConfig(_Tree):
         check.choice("loss_type", self.loss_type, LOSS_TYPES)
         check.choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
         check.choice("invalid_groups", self.invalid_groups, INVALID_GROUPS)
+        check.flag("shuffle_rewards", self.shuffle_rewards)
         check.number("max_grad_norm", self.max_grad_norm, low=0.0)
         check.flag("buffer_growth", self.buffer_growth)
         check.integer("save_steps", self.save_steps, 1)

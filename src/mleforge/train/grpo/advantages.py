@@ -18,11 +18,16 @@ A rollout is valid when its reward is at least the lowest reward a valid run can
 (RewardConfig.lowest_valid_reward, above every failure reward); a lost rollout (None, NaN in
 TRL's tensor) is neither valid nor counted in the mean, and its advantage stays 0, as TRL's.
 Pure functions over lists; the trainer (mleforge.train.grpo.trainer) applies them to TRL's tensor.
+
+TrainConfig.shuffle_rewards, a null control (benchmarks/learning.py), permutes each group's
+rewards before TRL computes the advantages (`group_permutation`): the updates keep GRPO's size
+and lose the link between a completion and its reward.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 
 INVALID_GROUPS = ("standardize", "zero", "raw")
@@ -60,4 +65,18 @@ def treat_invalid_groups(advantages: Sequence[float], rewards: Sequence[float | 
         mean = sum(scored) / len(scored) if scored else 0.0
         for i in rows:
             out[i] = float(rewards[i]) - mean if mode == "raw" and _scored(rewards[i]) else 0.0  # type: ignore[arg-type]
+    return out
+
+
+def group_permutation(rows: int, group_size: int, seed: int) -> list[int]:
+    """A seeded permutation of `rows` indices that moves each index only within its group of
+    `group_size` consecutive rows: new row i takes the reward of old row perm[i]."""
+    if group_size < 1 or rows % group_size:
+        raise ValueError(f"{rows} rows do not split into groups of {group_size}")
+    rng = random.Random(seed)
+    out: list[int] = []
+    for start in range(0, rows, group_size):
+        group = list(range(start, start + group_size))
+        rng.shuffle(group)
+        out += group
     return out

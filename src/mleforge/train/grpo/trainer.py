@@ -47,7 +47,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import selective_log_softmax_and_entropy
 
 from mleforge.policies.base import derive_seed
-from mleforge.train.grpo.advantages import invalid_groups_of, treat_invalid_groups
+from mleforge.train.grpo.advantages import group_permutation, invalid_groups_of, treat_invalid_groups
 from mleforge.train.grpo.generation import rollout_figures
 from mleforge.train.grpo.state_feed import CurriculumFeed
 
@@ -73,14 +73,17 @@ def step_seed(seed: int, step: int, rank: int) -> int:
 
 class CurriculumGRPOTrainer(GRPOTrainer):
     def __init__(self, *args: Any, feed: CurriculumFeed, run_seed: int, prompt_grad: bool = True,
-                 invalid_groups: str = "standardize", valid_from: float | None = None, **kwargs: Any):
+                 invalid_groups: str = "standardize", valid_from: float | None = None,
+                 shuffle_rewards: bool = False, **kwargs: Any):
         """invalid_groups: TrainConfig.invalid_groups; valid_from: the lowest reward of a valid
-        rollout (RewardConfig.lowest_valid_reward; None: every group counts as valid)."""
+        rollout (RewardConfig.lowest_valid_reward; None: every group counts as valid);
+        shuffle_rewards: TrainConfig.shuffle_rewards (the null control)."""
         super().__init__(*args, **kwargs)
         self.feed = feed
         self.run_seed = run_seed
         self.prompt_grad = prompt_grad
         self.invalid_groups = invalid_groups
+        self.shuffle_rewards = shuffle_rewards
         self.valid_from = valid_from
         self.timings: dict[int, dict[str, float]] = defaultdict(dict)
         self._step_rewards: Any = None  # the step's rewards of every process, as TRL gathered them
@@ -102,6 +105,10 @@ class CurriculumGRPOTrainer(GRPOTrainer):
 
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self.shuffle_rewards and self.model.training:  # the null control: the same on every process
+            seed = derive_seed(self.run_seed, self.state.global_step, -1)  # not a rank's step seed
+            order = group_permutation(rewards_per_func.size(0), self.num_generations, seed)  # type: ignore[arg-type]
+            rewards_per_func = rewards_per_func[torch.tensor(order, device=rewards_per_func.device)]
         self._step_rewards = rewards_per_func  # (every process's rows, reward functions)
         return rewards_per_func
 

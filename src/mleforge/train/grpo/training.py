@@ -87,6 +87,7 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, exec
         processing_class=loaded.tokenizer, peft_config=loaded.peft_config, rollout_func=rollout,
         feed=feed, run_seed=config.seed, prompt_grad=config.model.prompt_grad,
         invalid_groups=config.invalid_groups, valid_from=config.reward.lowest_valid_reward,
+        shuffle_rewards=config.shuffle_rewards,
     )
     for printer in (PrinterCallback, ProgressCallback):  # our own bar and metrics.jsonl instead
         trainer.remove_callback(printer)
