@@ -47,7 +47,11 @@ from trl import GRPOTrainer
 from trl.trainer.utils import selective_log_softmax_and_entropy
 
 from mleforge.policies.base import derive_seed
-from mleforge.train.grpo.advantages import group_permutation, invalid_groups_of, treat_invalid_groups
+from mleforge.train.grpo.advantages import (
+    group_permutation,
+    invalid_groups_of,
+    treat_invalid_groups,
+)
 from mleforge.train.grpo.generation import rollout_figures
 from mleforge.train.grpo.state_feed import CurriculumFeed
 
