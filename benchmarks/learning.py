@@ -176,7 +176,8 @@ def plot(summary: Mapping[str, Any], path: Path) -> str | None:
         for step, p in points.items():
             d = p["eval"]["pooled"]
             if d["diff"] is not None:
-                low, high = d["ci_low"] if d["ci_low"] is not None else d["diff"], d["ci_high"] or d["diff"]
+                low = d["diff"] if d["ci_low"] is None else d["ci_low"]  # no interval from one state
+                high = d["diff"] if d["ci_high"] is None else d["ci_high"]
                 xs.append(int(step) + offset)
                 ys.append(d["diff"])
                 lows.append(d["diff"] - low)
