@@ -22,7 +22,8 @@ expert episodes of their own seeds (never the evaluation tasks; none of them a s
 is seeded with), each evaluated at `--val-seeds` sampling seeds. Per configuration: its final
 model's reward there, paired by state against the warm start (after - start, mean, SE, 95% CI;
 mleforge.eval.paired) and against the base configuration's final model (config - base), over
-all states and over those with headroom. What it does not measure: training-seed variance (one
+all states and over those with headroom; a change's verdict is "better" or "worse" only where
+that CI of config - base excludes 0, else "unresolved" (keep the base's value). What it does not measure: training-seed variance (one
 training seed per configuration; learning.py measures it for the chosen settings).
 
 Resumable: each configuration's entry is appended to --out when it finishes and skipped when
@@ -102,10 +103,20 @@ def fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
+def verdict(vs_base: Mapping[str, Any] | None) -> str:
+    """What the validation set says of a change against the base: better or worse where the
+    paired 95% CI of config - base lies above or below 0, else unresolved (keep the base)."""
+    if vs_base is None or vs_base.get("ci_low") is None:
+        return "unresolved"
+    if vs_base["ci_low"] > 0:
+        return "better"
+    return "worse" if vs_base["ci_high"] < 0 else "unresolved"
+
+
 def table(results: Mapping[str, Any]) -> dict[str, Any]:
     """RULES.md's table of the configurations finished."""
     columns = ["config", "steps x groups", "val reward", "after - start [95% CI]", "config - base [95% CI]",
-               "train reward/rollout", "groups no valid"]
+               "verdict", "train reward/rollout", "groups no valid"]
     rows = []
     for name, _ in CONFIGS:
         e = results.get(name)
@@ -114,6 +125,7 @@ def table(results: Mapping[str, Any]) -> dict[str, Any]:
         rows.append([name, f"{e['steps']} x {e['groups_per_step']}", fmt(e["val_mean_reward"]),
                      shared_runs.ci_text(e["vs_start"]["all"]),
                      "–" if e["vs_base"] is None else shared_runs.ci_text(e["vs_base"]["all"]),
+                     "base" if name == "base" else verdict(e["vs_base"] and e["vs_base"]["all"]),
                      fmt(e["train"].get("reward_per_rollout")), fmt(e["train"].get("frac_groups_no_valid"))])
     return {"title": "GRPO settings one at a time around the cpu preset, on held-apart states of the training tasks "
                      "(paired by state; mean [95% CI] (n states, +up/-down))", "columns": columns, "rows": rows}

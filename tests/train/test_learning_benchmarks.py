@@ -85,7 +85,8 @@ def test_a_sweep_entry_and_its_table_row():
     assert entry["vs_start"]["all"] == entry["vs_base"]["all"] == runs.compare(START, AFTER)
     assert (entry["steps"], entry["groups_per_step"], entry["wall_s"]) == (16, 1, 12.3)
     t = sweep.table({"lr=1e-5": entry})
-    assert len(t["columns"]) == len(t["rows"][0]) == 7
+    assert len(t["columns"]) == len(t["rows"][0]) == 8
+    assert t["rows"][0][5] == "unresolved"  # the CI of +0.167 over 3 states covers 0
     assert t["rows"][0][:3] == ["lr=1e-5", "16 x 1", f"{runs.mean_reward(AFTER):.3f}"]
     assert t["rows"][0][-1] == "0.750"
     assert json.loads(json.dumps(entry)) == entry  # what --out holds
@@ -152,3 +153,10 @@ def test_the_plot_is_drawn_where_matplotlib_is_installed(tmp_path):
 def test_meta_has_rules_keys():
     meta = runs.meta(["--out", "x.json"])
     assert set(meta) == {"command", "date", "commit", "machine"} and not math.isnan(len(meta["commit"]))
+
+
+def test_a_change_is_better_or_worse_only_where_its_interval_against_the_base_excludes_zero():
+    assert sweep.verdict({"ci_low": 0.01, "ci_high": 0.2}) == "better"
+    assert sweep.verdict({"ci_low": -0.3, "ci_high": -0.02}) == "worse"
+    assert sweep.verdict({"ci_low": -0.1, "ci_high": 0.2}) == "unresolved"
+    assert sweep.verdict({"ci_low": None}) == sweep.verdict(None) == "unresolved"
