@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import json
+import math
 import platform
 import subprocess
 import sys
@@ -58,6 +59,16 @@ class Results:
 
     def pending(self, keys: Iterable[str]) -> list[str]:
         return [k for k in keys if k not in self.done]
+
+    def fix(self, key: str, value: Any) -> None:
+        """Set `key` once: a later call that finds another value there (other states drawn, say)
+        is refused, since the entries done were measured on the first."""
+        value = json.loads(json.dumps(value, default=str))
+        if key in self.data and self.data[key] != value:
+            raise ValueError(f"{self.path} was measured with another {key}; continue it with the same --work "
+                             "and settings, or start another --out")
+        self.data[key] = value
+        self.write()
 
     def record(self, key: str, entry: Any) -> None:
         self.done[key] = entry
@@ -173,7 +184,11 @@ def held_apart_states(shared: Shared, work: Path, n: int, seed: int, progress: b
     from mleforge.expert.collect import CollectConfig, collect_samples
 
     plan = shared.plan
-    config = CollectConfig(tasks=",".join(t.id for t in plan.tasks), episodes=1, steps=plan.config.collect.steps,
+    steps = plan.config.collect.steps
+    # An episode of s steps holds at most about s - 1 debug/improve states: enough episodes for
+    # twice the states asked for, so that dropping buffer seeds still leaves n.
+    episodes = max(1, math.ceil(2 * n / (len(plan.tasks) * max(1, steps - 1))))
+    config = CollectConfig(tasks=",".join(t.id for t in plan.tasks), episodes=episodes, steps=steps,
                            embedder="tfidf", first_seed=VALIDATION_FIRST_SEED + seed)
     collected = collect_samples(config, work / "held-apart", registry=shared.registry, executor=shared.executor,
                                 progress=progress)

@@ -152,6 +152,7 @@ def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool 
     try:
         states, dropped = shared_runs.held_apart_states(shared, work, args.val_states, args.eval_seed, progress)
         seeds = list(range(args.val_seeds))
+        results.fix("validation_states", [s.state_id for s in states])
         start = shared_runs.evaluate(shared, shared.start_spec, states, seeds, work / "evals" / f"{START}.json")
         results.write(validation={"states": [s.state_id for s in states], "dropped_as_buffer_seeds": dropped,
                                   "seeds": seeds, "start_mean_reward": shared_runs.mean_reward(start)})

@@ -215,6 +215,7 @@ def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bo
         if not sets["eval"]:
             raise ValueError("no evaluation states: name --eval-tasks the runs do not train on")
         eval_seeds = list(range(args.eval_seeds))
+        results.fix("state_ids", {name: [s.state_id for s in states] for name, states in sets.items()})
         starts = {name: shared_runs.evaluate(shared, shared.start_spec, states, eval_seeds,
                                              work / "evals" / f"start-{name}.json") for name, states in sets.items()}
         results.write(states={name: [s.state_id for s in states] for name, states in sets.items()},

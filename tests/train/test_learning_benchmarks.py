@@ -40,6 +40,10 @@ def test_results_are_appended_as_each_finishes_and_a_later_call_skips_them(tmp_p
         runs.Results(path, "grpo_sweep", {"groups": 8})
     with pytest.raises(ValueError, match="holds benchmark 'grpo_sweep', not 'learning'"):
         runs.Results(path, "learning", {"groups": 4})
+    again.fix("validation_states", ["s1", "s2"])
+    runs.Results(path, "grpo_sweep", {"groups": 4}).fix("validation_states", ["s1", "s2"])  # the same: fine
+    with pytest.raises(ValueError, match="another validation_states"):
+        runs.Results(path, "grpo_sweep", {"groups": 4}).fix("validation_states", ["s1", "s3"])
 
 
 def test_after_minus_start_is_paired_by_state_over_seed_means():
