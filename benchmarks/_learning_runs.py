@@ -185,9 +185,7 @@ def held_apart_states(shared: Shared, work: Path, n: int, seed: int, progress: b
 
     plan = shared.plan
     steps = plan.config.collect.steps
-    # An episode of s steps holds at most about s - 1 debug/improve states: enough episodes for
-    # twice the states asked for, so that dropping buffer seeds still leaves n.
-    episodes = max(1, math.ceil(2 * n / (len(plan.tasks) * max(1, steps - 1))))
+    episodes = episodes_for(n, len(plan.tasks), steps)  # dropping buffer seeds still leaves n
     config = CollectConfig(tasks=",".join(t.id for t in plan.tasks), episodes=episodes, steps=steps,
                            embedder="tfidf", first_seed=VALIDATION_FIRST_SEED + seed)
     collected = collect_samples(config, work / "held-apart", registry=shared.registry, executor=shared.executor,
@@ -206,9 +204,16 @@ def eval_task_states(shared: Shared, work: Path, progress: bool) -> list[Any]:
     from mleforge.train import recipe
 
     s = recipe.stage_settings(shared.plan)
+    episodes = episodes_for(s.n_states, len(s.eval_tasks), s.expert_steps)
     return stepwise_states(list(s.eval_tasks), n_states=s.n_states, seed=s.seed, work_dir=work / STEPWISE_DIR / "expert",
-                           stages=s.stages, registry=shared.registry, steps=s.expert_steps,
+                           stages=s.stages, registry=shared.registry, steps=s.expert_steps, episodes=episodes,
                            executor=shared.executor, progress=progress)
+
+
+def episodes_for(n: int, tasks: int, steps: int) -> int:
+    """Expert episodes per task for about twice `n` candidate states: an episode of `steps`
+    steps holds at most about steps - 1 debug and improve states."""
+    return max(1, math.ceil(2 * n / (max(1, tasks) * max(1, steps - 1))))
 
 
 # --- evaluating a model at several sampling seeds --------------------------------------------------

@@ -164,3 +164,8 @@ def test_a_change_is_better_or_worse_only_where_its_interval_against_the_base_ex
     assert sweep.verdict({"ci_low": -0.3, "ci_high": -0.02}) == "worse"
     assert sweep.verdict({"ci_low": -0.1, "ci_high": 0.2}) == "unresolved"
     assert sweep.verdict({"ci_low": None}) == sweep.verdict(None) == "unresolved"
+
+
+def test_enough_expert_episodes_are_made_for_the_states_asked():
+    # 16 states of 2 tasks from 6-step episodes (<= 5 debug/improve states each): 32 / 10 -> 4 a task
+    assert runs.episodes_for(16, 2, 6) == 4 and runs.episodes_for(2, 6, 6) == 1 and runs.episodes_for(3, 1, 1) == 6
