@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import subprocess
 import sys
@@ -41,7 +42,8 @@ class Results:
 
     def __init__(self, path: Path, benchmark: str, settings: Mapping[str, Any]):
         self.path = Path(path)
-        self.data: dict[str, Any] = {"benchmark": benchmark, "settings": dict(settings), "done": {}}
+        settings = json.loads(json.dumps(settings, default=str))  # as the file holds them
+        self.data: dict[str, Any] = {"benchmark": benchmark, "settings": settings, "done": {}}
         if self.path.is_file():
             saved = json.loads(self.path.read_text(encoding="utf-8"))
             if saved.get("benchmark") != benchmark:
@@ -89,8 +91,6 @@ def meta(argv: Sequence[str] | None = None) -> dict[str, str]:
                                 check=False).stdout.strip()
     except OSError:
         commit = ""
-    import os
-
     return {"command": " ".join(["python", *(sys.argv if argv is None else ["benchmarks/...", *argv])]),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit or "unknown",
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"}

@@ -174,10 +174,25 @@ def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool 
             results.record(name, entry_of(name, changes, steps[name], start, after, base_after,
                                           shared_runs.train_figures(folder), time.perf_counter() - run_started))
             gc.collect()
+        fill_vs_base(results, work, states, seeds)
     finally:
         shared.executor.close()
     results.write(meta=shared_runs.meta(), table=table(results.done))
     return results.data
+
+
+def fill_vs_base(results: Any, work: Path, states: list[Any], seeds: list[int]) -> None:
+    """config - base for the entries finished before the base was (a --configs subset)."""
+    import json
+
+    base_after = _base_after(work, states, seeds)
+    for name, entry in results.done.items():
+        path = work / "evals" / f"{name.replace('/', '-per-')}.json"
+        if entry.get("vs_base") is None and base_after is not None and path.is_file():
+            after = json.loads(path.read_text(encoding="utf-8"))
+            entry["vs_base"] = {"all": shared_runs.compare(base_after, after),
+                                "headroom": shared_runs.compare(base_after, after, headroom_only=True)}
+            results.record(name, entry)
 
 
 def _base_after(work: Path, states: list[Any], seeds: list[int]) -> dict[str, Any] | None:

@@ -169,3 +169,15 @@ def test_a_change_is_better_or_worse_only_where_its_interval_against_the_base_ex
 def test_enough_expert_episodes_are_made_for_the_states_asked():
     # 16 states of 2 tasks from 6-step episodes (<= 5 debug/improve states each): 32 / 10 -> 4 a task
     assert runs.episodes_for(16, 2, 6) == 4 and runs.episodes_for(2, 6, 6) == 1 and runs.episodes_for(3, 1, 1) == 6
+
+
+def test_a_configuration_finished_before_the_base_gets_its_comparison_when_the_base_is_done(tmp_path):
+    (tmp_path / "evals").mkdir()
+    (tmp_path / "evals" / "base.json").write_text(json.dumps(START))
+    (tmp_path / "evals" / "groups-per-step=4.json").write_text(json.dumps(AFTER))
+    results = runs.Results(tmp_path / "out.json", "grpo_sweep", {})
+    results.record("groups/step=4", {"vs_base": None})
+    states = [SimpleNamespace(state_id=s) for s in START["states"]]
+    sweep.fill_vs_base(results, tmp_path, states, [0, 1])
+    saved = json.loads((tmp_path / "out.json").read_text())["done"]["groups/step=4"]
+    assert saved["vs_base"]["all"] == runs.compare(START, AFTER)
