@@ -12,6 +12,7 @@ import yaml
 
 from mleforge import config as tree
 from mleforge.errors import ConfigError
+from mleforge.eval.stepwise_config import StepwiseConfig
 from mleforge.train.config import (
     FLAT_KEYS,
     SFTRunConfig,
@@ -132,11 +133,16 @@ def test_flat_configs_from_before_the_tree_map_onto_it(name, tmp_path):
 
     flat = yaml.safe_load((FIXTURES / f"legacy-{name}.yaml").read_text())  # TrainConfig().to_dict() of main
     assert set(FLAT_KEYS) <= set(flat)
-    assert TrainConfig.from_dict(upgrade_train_dict(flat)) == TrainConfig.preset_config(name)
+    # as that run ran: its eval tasks, whether it evaluated its warm start, one completion a state, no headroom rule
+    ran = TrainConfig.preset_config(name, eval_tasks=flat["eval_tasks"], stepwise={
+        "after_sft": flat["stepwise_after_sft"], "states": flat["stepwise_states"], **StepwiseConfig.LEGACY})
+    assert TrainConfig.from_dict(upgrade_train_dict(flat)) == ran
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(flat))
-    assert load_run_config(tmp_path) == TrainConfig.preset_config(name)
+    assert load_run_config(tmp_path) == ran
     path = str(tmp_path / "config.yaml")
-    assert train_config(build_parser().parse_args(["train", "--config", path])) == TrainConfig.preset_config(name)
+    preset = TrainConfig.preset_config(name).stepwise  # a file a user gives: settings it lacks are the preset's
+    assert train_config(build_parser().parse_args(["train", "--config", path])) == ran.replace(
+        stepwise={"samples": preset.samples, "headroom": preset.headroom})
     # a missing key reads as what a run of its time did (the warm start's evaluation, the prompt's gradient)
     del flat["stepwise_after_sft"], flat["model"]["prompt_grad"]
     upgraded = TrainConfig.from_dict(upgrade_train_dict(flat))
@@ -184,7 +190,7 @@ def test_a_file_a_user_writes_gets_the_defaults_and_a_runs_own_reads_as_it_ran(t
     mine.write_text(yaml.safe_dump({"model": {"lora_rank": 8}, "sft": "none", "generation": "trl"}))
     config = train_config(parser.parse_args(["train", "--config", str(mine)]))
     assert (config.model.lora_rank, config.warm_start, config.generation.backend) == (8, "none", "trl")
-    assert (config.model.prompt_grad, config.stepwise.after_sft) == (False, False)  # the defaults, not LEGACY
+    assert (config.model.prompt_grad, config.stepwise.samples) == (False, 2)  # the defaults, not LEGACY
     model_only = tmp_path / "model.yaml"
     model_only.write_text(yaml.safe_dump({"model": {"lora_rank": 8}}))
     sft = sft_config(parser.parse_args(["sft", "--config", str(model_only), "--samples", "s.jsonl"]))
@@ -196,6 +202,7 @@ def test_a_file_a_user_writes_gets_the_defaults_and_a_runs_own_reads_as_it_ran(t
     (run / "run.json").write_text("{}")
     config = train_config(parser.parse_args(["train", "--config", str(run / "config.yaml")]))
     assert (config.model.prompt_grad, config.stepwise.after_sft) == (True, True)
+    assert (config.stepwise.samples, config.stepwise.headroom) == (1, "any")
     (run / "config.yaml").write_text(yaml.safe_dump(TrainConfig().to_dict()))
     with pytest.raises(ConfigError, match="the config of a run with preset cpu"):
         train_config(parser.parse_args(["train", "--config", str(run / "config.yaml"), "--preset", "gpu-1x"]))

@@ -26,7 +26,9 @@ A `mleforge train` run directory holds
                                as given (before any warm start; made alongside collect/ on a
                                run that collects, mleforge.eval.background.BeforeEvaluation);
                                after, final/. The same states (from stepwise/expert/,
-                               template-expert journals of the eval tasks) and sampling both times
+                               template-expert journals of the eval tasks), sampling seeds and
+                               sampling each time; run.json's `stepwise` holds their paired
+                               differences (mleforge.eval.stages.paired_summary)
     stepwise/sft.json          the same for the warm start's model (stepwise.after_sft)
     ct2-rollouts/rank-<i>/     generation ct2: the engine's converted weights while it runs
                                (deleted at the end, and when a killed run resumes)

@@ -1,5 +1,6 @@
-"""Step-wise evaluation: the seeded state draw, exact rates and SEMs on a hand-made case run in the
-sandbox, the template expert end to end, the before/after table, the CLI and its report section."""
+"""Step-wise evaluation: the seeded state draw (and its headroom rule), exact rates and SEMs with the
+state as the unit on a hand-made case run in the sandbox at two seeds, the template expert end to
+end, the CLI and its report section."""
 
 from __future__ import annotations
 
@@ -15,11 +16,8 @@ from mleforge.agent.node import Node
 from mleforge.agent.state import State
 from mleforge.errors import ConfigError
 from mleforge.eval.stepwise import (
-    COMPARE_COLUMNS,
-    StepwiseRecord,
     StepwiseResult,
-    compare_stages,
-    compare_stepwise,
+    draw_states,
     run_stepwise,
     stepwise_states,
 )
@@ -66,34 +64,59 @@ def test_rates_and_sems_on_a_hand_made_case(titanic, executor):
     baseline = sample_submission_score(titanic, "public")  # node scores are public scores
     good = Journal("titanic", "higher").add(Node("g", "draft", "copy", "print(1)\n", execution=ran(),
                                                  score=baseline, valid=True))
+    top = Journal("titanic", "higher").add(Node("t", "draft", "perfect", "print(2)\n", execution=ran(),
+                                                score=1.0, valid=True))
     bad = Journal("titanic", "higher").add(Node("b", "draft", "crash", "raise SystemExit(1)\n",
                                                 execution=ran(1, "SystemExit: 1")))
-    states = [State.draft("titanic", direction="higher"), State.draft("titanic", direction="higher"),
-              State.debug(bad, "b"), State.improve(good, "g"), State.improve(good, "g")]
-    texts = [COPY_SAMPLE, CRASH, "I would fix it.", COPY_SAMPLE.replace("rows", "lines"), FEMALE_SURVIVE]
-    result = run_stepwise(ScriptedPolicy(texts), states, [titanic], executor, sampling=SAMPLING, batch_size=2)
-    outcomes = [r.outcome for r in result.records]
-    assert outcomes == ["valid", "execution_error", "format_error", "valid", "valid"]
-    assert [r.improved for r in result.records] == [None, None, None, False, True]
-    # the expert's best is the sample submission's accuracy, below a perfect 1.0
-    assert [r.headroom for r in result.records] == [None, None, None, True, True]
-    rewards = [r.reward for r in result.records]
-    # same score: 0.5; a crash -0.2 (r_fail); no code -0.3 (r_format); better: more than 0.5
-    assert rewards[:4] == [0.5, -0.2, -0.3, 0.5] and rewards[4] > 0.5
-    m = result.metrics
-    # format errors [0, 0, 1, 0, 0]: mean 0.2, sample variance (4 * 0.04 + 0.64) / 4 = 0.2, SEM sqrt(0.2 / 5) = 0.2
-    assert m["format_error_rate"] == {"mean": pytest.approx(0.2), "sem": pytest.approx(0.2), "n": 5}
-    # valid [1, 0, 0, 1, 1]: mean 0.6, variance (3 * 0.16 + 2 * 0.36) / 4 = 0.3, SEM sqrt(0.06)
-    assert m["valid_rate"] == {"mean": pytest.approx(0.6), "sem": pytest.approx(math.sqrt(0.06)), "n": 5}
-    # improved on the best, over the two improve states [0, 1]: mean 0.5, variance 0.5, SEM sqrt(0.5 / 2) = 0.5
-    assert m["improve_rate"] == {"mean": pytest.approx(0.5), "sem": pytest.approx(0.5), "n": 2}
-    r = rewards[4]
-    mean = (0.5 - 0.2 - 0.3 + 0.5 + r) / 5
-    var = sum((x - mean) ** 2 for x in [0.5, -0.2, -0.3, 0.5, r]) / 4
-    assert m["mean_reward"] == {"mean": pytest.approx(mean), "sem": pytest.approx(math.sqrt(var / 5)), "n": 5}
-    assert result.by_stage["debug"]["format_error_rate"] == {"mean": 1.0, "sem": None, "n": 1}
-    assert StepwiseResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+    states = [State.draft("titanic", direction="higher"), State.debug(bad, "b"), State.improve(good, "g"),
+              State.improve(top, "t")]
+    # generated seed by seed, state by state: seed 0's four completions, then seed 1's
+    texts = [COPY_SAMPLE, "I would fix it.", COPY_SAMPLE, COPY_SAMPLE,
+             CRASH, COPY_SAMPLE, FEMALE_SURVIVE, CRASH]
+    result = run_stepwise(ScriptedPolicy(texts), states, [titanic], executor, sampling=SAMPLING, seeds=(0, 1),
+                          batch_size=3)
+    r = result.records
+    assert [(x.stage, x.seed) for x in r] == [("draft", 0), ("draft", 1), ("debug", 0), ("debug", 1),
+                                              ("improve", 0), ("improve", 1), ("improve", 0), ("improve", 1)]
+    assert [x.outcome for x in r] == ["valid", "execution_error", "format_error", "valid", "valid", "valid",
+                                      "valid", "execution_error"]
+    # the last state's best is accuracy 1.0, the metric's perfect value: no headroom
+    assert [x.headroom for x in r] == [True] * 6 + [False] * 2
+    assert [x.reference for x in r] == [baseline] * 6 + [1.0] * 2
+    assert [x.improved for x in r] == [None, None, None, None, False, True, False, False]
+    rewards = [x.reward for x in r]
+    # same score as the reference: 0.5; a crash -0.2 (r_fail); no code -0.3 (r_format); better: more than 0.5
+    assert rewards[:5] == [0.5, -0.2, -0.3, 0.5, 0.5] and rewards[5] > 0.5 and rewards[6] < 0.5
+    gain = r[5].delta
+    assert gain > 0 and [x.delta for x in r[:5]] == [0.0, None, None, 0.0, 0.0]
+    m = result.metrics  # the three states with headroom; each state's two seeds averaged first
+    # valid per state [1/2, 1/2, 1]: mean 2/3; deviations -1/6, -1/6, 1/3: variance (1/36 + 1/36 + 4/36) / 2
+    # = 1/12, SEM sqrt(1/12 / 3) = 1/6
+    assert m["valid_rate"] == {"mean": pytest.approx(2 / 3, abs=1e-6), "sem": pytest.approx(1 / 6), "n": 3}
+    # format errors per state [0, 1/2, 0]: mean 1/6, the same spread: SEM 1/6
+    assert m["format_error_rate"] == {"mean": pytest.approx(1 / 6, abs=1e-6), "sem": pytest.approx(1 / 6), "n": 3}
+    per_state = [(0.5 - 0.2) / 2, (-0.3 + 0.5) / 2, (0.5 + rewards[5]) / 2]
+    mean = sum(per_state) / 3
+    var = sum((x - mean) ** 2 for x in per_state) / 2
+    assert m["mean_reward"] == {"mean": pytest.approx(mean, abs=1e-6), "sem": pytest.approx(math.sqrt(var / 3)),
+                                "n": 3}
+    # improved on the best: the one improve state with headroom, [0, 1]: 1/2, one state so no SEM
+    assert m["improve_rate"] == {"mean": 0.5, "sem": None, "n": 1}
+    # score gain: 0 everywhere but the better run (delta > 0): state means [0, 0, gain / 2]
+    assert m["score_gain"]["mean"] == pytest.approx(gain / 6, abs=1e-6) and m["score_gain"]["n"] == 3
+    flat = result.no_headroom  # apart: the state at the top, valid [1, 0], reward [r6, -0.2]
+    assert flat["n_states"] == 1 and flat["states"] == [states[3].state_id]
+    assert flat["metrics"]["valid_rate"] == {"mean": 0.5, "sem": None, "n": 1}
+    assert flat["metrics"]["mean_reward"]["mean"] == pytest.approx((rewards[6] - 0.2) / 2, abs=1e-6)
+    assert result.by_stage["debug"]["format_error_rate"] == {"mean": 0.5, "sem": None, "n": 1}
+    assert "improve" in result.by_stage and len(result.by_stage) == 3
+    assert result.seeds == (0, 1) and result.states == tuple(s.state_id for s in states)
+    saved = result.to_dict()
+    assert (saved["format"], saved["k"], saved["n_states"], saved["n_headroom"]) == (2, 2, 4, 3)
+    assert StepwiseResult.from_dict(json.loads(json.dumps(saved))) == result
     assert result.sampling == SAMPLING.to_dict() and result.policy == "scripted"
+    with pytest.raises(ConfigError, match="distinct"):
+        run_stepwise(ScriptedPolicy(texts), states, [titanic], executor, sampling=SAMPLING, seeds=(1, 1))
 
 
 def test_the_state_draw_is_seeded_and_takes_tasks_in_turn():
@@ -146,67 +169,38 @@ def test_template_policy_on_expert_states(prepared_registry, titanic, executor, 
     assert all(r.score is not None for r in result.records) and m["improve_rate"]["n"] == 1
 
 
-def _result(policy, outcomes, rewards):
-    records = tuple(StepwiseRecord(f"s{i}", "t", "improve" if i % 2 else "draft", o, r, None, None,
-                                   (o == "valid") if i % 2 else None, None, 10)
-                    for i, (o, r) in enumerate(zip(outcomes, rewards)))
-    return StepwiseResult(policy, ("t",), SAMPLING.to_dict(), "compact", records)
+def test_the_draw_drops_states_without_headroom():
+    from types import SimpleNamespace
 
+    def journal(task_id, scores):  # a draft, then improvements of the node before
+        j = Journal(task_id, "higher")
+        for i, score in enumerate(scores):
+            j = j.add(Node(f"{task_id}{i}", "improve" if i else "draft", f"plan {i}", f"print({i})\n", step=i,
+                           parent_id=f"{task_id}{i - 1}" if i else None, execution=ran(), score=score, valid=True))
+        return j
 
-def test_compare_stepwise_rows():
-    before = _result("base", ["format_error", "format_error", "valid", "execution_error"], [0.0, 0.0, 0.5, 0.0])
-    after = _result("tuned", ["valid", "valid", "valid", "format_error"], [0.5, 0.75, 0.5, 0.0])
-    rows = compare_stepwise(before, after)
-    assert len(COMPARE_COLUMNS) == 4
-    # format: before [1,1,0,0] mean 0.5, SEM sqrt((4 * 0.25 / 3) / 4) = 0.288675; after [0,0,0,1] mean 0.25, SEM 0.25
-    assert rows[0] == ("format errors %", "50.0 ± 28.9", "25.0 ± 25.0", "-25.0 ± 38.2")
-    assert rows[1] == ("valid %", "25.0 ± 25.0", "75.0 ± 25.0", "+50.0 ± 35.4")
-    # reward before [0, 0, 0.5, 0]: mean 0.125, SEM 0.125; after [0.5, 0.75, 0.5, 0]: mean 0.4375,
-    # sample variance (0.00390625 + 0.09765625 + 0.00390625 + 0.19140625) / 3 = 0.098958, SEM 0.157288
-    assert rows[2] == ("mean reward", "0.125 ± 0.125", "0.438 ± 0.157", "+0.312 ± 0.201")
-    # improve states are s1 and s3: before [0, 0] (SEM 0), after [1, 0]
-    assert rows[3] == ("improved on best % (improve states)", "0.0 ± 0.0", "50.0 ± 50.0", "+50.0 ± 50.0")
-    # no record says its best is perfect: every improve state counts as one with room
-    assert rows[4] == ("improved on best % (improve states below a perfect score)", "0.0 ± 0.0", "50.0 ± 50.0",
-                       "+50.0 ± 50.0")
-    assert rows[5:] == [("states", "4", "4", "–"), ("improve states below a perfect score", "2", "2", "–")]
-
-
-def test_improvement_is_also_rated_where_the_best_is_not_perfect_already(titanic):
-    from mleforge.eval.stepwise import perfect_score
-
-    assert perfect_score(titanic) == 1.0  # accuracy
-    records = (StepwiseRecord("a", "t", "improve", "valid", 0.5, 1.0, 1.0, False, None, 10, headroom=False),
-               StepwiseRecord("b", "t", "improve", "valid", 0.9, 0.9, 0.8, True, None, 10, headroom=True),
-               StepwiseRecord("c", "t", "improve", "format_error", -0.3, None, 0.7, False, None, 10, headroom=True),
-               StepwiseRecord("d", "t", "draft", "valid", 0.5, 0.7, None, None, None, 10))
-    m = StepwiseResult("p", ("t",), SAMPLING.to_dict(), "compact", records).metrics
-    # all improve states [0, 1, 0]: mean 1/3; those with room [1, 0]: mean 0.5, SEM sqrt(0.5 / 2) = 0.5
-    assert m["improve_rate"]["n"] == 3 and m["improve_rate"]["mean"] == pytest.approx(1 / 3, abs=1e-6)
-    assert m["improve_rate_headroom"] == {"mean": 0.5, "sem": pytest.approx(0.5), "n": 2}
-    again = StepwiseResult.from_dict(json.loads(json.dumps(
-        StepwiseResult("p", ("t",), SAMPLING.to_dict(), "compact", records).to_dict())))
-    assert [r.headroom for r in again.records] == [False, True, True, None]
-    old = {k: v for k, v in records[0].to_dict().items() if k != "headroom"}  # written before the field
-    assert StepwiseRecord.from_dict(old).headroom is None
-
-
-def test_compare_stages_puts_each_change_apart():
-    before = _result("base", ["format_error", "format_error", "valid", "execution_error"], [0.0, 0.0, 0.5, 0.0])
-    warm = _result("sft", ["valid", "format_error", "valid", "execution_error"], [0.5, 0.0, 0.5, 0.0])
-    after = _result("tuned", ["valid", "valid", "valid", "format_error"], [0.5, 0.75, 0.5, 0.0])
-    assert compare_stages([("before", before), ("after", after)]) == (COMPARE_COLUMNS, compare_stepwise(before,
-                                                                                                       after))
-    columns, rows = compare_stages([("before", before), ("after SFT", warm), ("after", after)])
-    assert columns == ("metric", "before", "after SFT", "after", "after SFT − before", "after − after SFT")
-    # valid: before [0,0,1,0] 25 ± 25; sft [1,0,1,0] mean 50, SEM sqrt((4 * 0.25 / 3) / 4) = 28.9; after 75 ± 25
-    assert rows[1] == ("valid %", "25.0 ± 25.0", "50.0 ± 28.9", "75.0 ± 25.0", "+25.0 ± 38.2", "+25.0 ± 38.2")
-    # reward: sft [0.5, 0, 0.5, 0] mean 0.25, SEM sqrt(1/12)/2 = 0.144338; before 0.125 ± 0.125
-    assert rows[2] == ("mean reward", "0.125 ± 0.125", "0.250 ± 0.144", "0.438 ± 0.157", "+0.125 ± 0.191",
-                       "+0.188 ± 0.213")
-    assert rows[-2] == ("states", "4", "4", "4", "–", "–")
-    with pytest.raises(ValueError, match="two or more"):
-        compare_stages([("before", before)])
+    # the improve states (before each node with a parent) have bests a: 0.8, 1.0, 1.0 (accuracy's perfect
+    # value: no headroom); b: 0.9
+    tasks = [SimpleNamespace(id="a", spec=SimpleNamespace(metric="accuracy", grade_fn=None)),
+             SimpleNamespace(id="b", spec=SimpleNamespace(metric="accuracy", grade_fn=None))]
+    journals = [journal("a", [0.8, 1.0, 1.0, 0.7]), journal("b", [0.9, 0.95])]
+    draw = draw_states(tasks, n_states=10, seed=0, journals=journals, stages=("improve",))
+    bests = {s.state_id: s.journal.best_score for s in draw.states}
+    assert sorted(bests.values()) == [0.8, 0.9] and draw.candidates == 4 and len(draw.dropped) == 2
+    assert {d[1] for d in draw.dropped} == {"a"}
+    saved = draw.to_dict()
+    assert (saved["candidates"], saved["drawn"], saved["dropped_no_headroom"], saved["headroom"]) == (4, 2, 2,
+                                                                                                      "require")
+    prefer = draw_states(tasks, n_states=4, seed=0, journals=journals, stages=("improve",), headroom="prefer")
+    assert len(prefer.states) == 4 and prefer.filled == 2 and prefer.dropped == ()
+    assert [s.journal.best_score for s in prefer.states[:2]] in ([0.8, 0.9], [0.9, 0.8])
+    assert len(draw_states(tasks, n_states=10, seed=0, journals=journals, stages=("improve",),
+                           headroom="any").states) == 4
+    flat = [journal("a", [1.0, 1.0])]
+    with pytest.raises(ConfigError, match="has headroom"):
+        draw_states(tasks[:1], n_states=2, seed=0, journals=flat, stages=("improve",))
+    with pytest.raises(ConfigError, match="headroom must be"):
+        draw_states(tasks, n_states=2, seed=0, journals=journals, headroom="some")
 
 
 @pytest.mark.slow
@@ -221,20 +215,60 @@ def test_cli_writes_result_run_record_contamination_and_report(prepared_registry
     (trained / "run.json").write_text(json.dumps({"kind": "train", "tasks": ["titanic"]}))
     out = tmp_path / "sw"
     args = build_parser().parse_args([
-        "eval", "--stepwise", "--states", "2", "--journals", str(expert_dir / "journals"), "--prompt-profile",
-        "compact", "--policy", "template", "--tasks", "titanic", "--out", str(out), "--data-dir", str(data_root),
-        "--json", "--trained-on", str(trained)])
+        "eval", "--stepwise", "--states", "2", "--samples", "1", "--journals", str(expert_dir / "journals"),
+        "--prompt-profile", "compact", "--policy", "template", "--tasks", "titanic", "--out", str(out),
+        "--data-dir", str(data_root), "--json", "--trained-on", str(trained)])
     assert cmd_eval_stepwise(args) == 0
     record = json.loads((out / "run.json").read_text())
     assert record["kind"] == "stepwise" and record["tasks"] == ["titanic"] and len(record["states"]) == 2
     assert "CONTAMINATION" in record["contamination"]["warning"]
     saved = json.loads((out / "stepwise.json").read_text())
-    assert saved["n_states"] == 2 and saved["prompt_profile"] == "compact"
-    assert saved["metrics"]["valid_rate"]["mean"] == 1.0
+    assert saved["n_states"] == 2 and saved["prompt_profile"] == "compact" and saved["seeds"] == [0]
+    assert saved["metrics"]["valid_rate"]["mean"] == 1.0 and saved["draw"]["headroom"] == "require"
     assert "CONTAMINATION" in StepwiseResult.from_dict(saved).contamination["warning"]
     report = write_report([out, out], tmp_path / "report", labels=["before", "after"])
     text = Path(report.markdown).read_text(encoding="utf-8")
-    assert "Step-wise evaluation" in text and "valid %" in text and "change" in text and "CONTAMINATION" in text
+    assert "Step-wise evaluation" in text and "valid %" in text and "(paired)" in text and "CONTAMINATION" in text
+
+
+@pytest.mark.slow
+def test_cli_compares_two_policies_on_the_same_states_and_seeds(data_root, expert_dir, tmp_path, capsys):
+    """`--stepwise --compare A B`: one draw, both policies at the same seeds, the paired table. The
+    policies are scripted (the test is about the code around them): A writes no code, B copies the
+    sample submission."""
+    from mleforge.cli.main import main
+    from mleforge.policies.registry import register_policy
+
+    register_policy("scripted", lambda name, **_: ScriptedPolicy([COPY_SAMPLE if name == "copy" else "No code."]),
+                    replace=True)
+    out = tmp_path / "cmp"
+    assert main(["eval", "--stepwise", "--compare", "scripted:none", "scripted:copy", "--states", "2",
+                 "--samples", "2", "--journals", str(expert_dir / "journals"), "--tasks", "titanic",
+                 "--out", str(out), "--data-dir", str(data_root), "--json"]) == 0
+    a, b = (StepwiseResult.from_dict(json.loads((out / x / "stepwise.json").read_text())) for x in "ab")
+    assert a.states == b.states and len(a.states) == 2 and a.seeds == b.seeds == (0, 1)
+    assert {r.outcome for r in a.records} == {"format_error"} and {r.outcome for r in b.records} == {"valid"}
+    saved = json.loads((out / "comparison.json").read_text())
+    assert json.loads(capsys.readouterr().out) == saved
+    valid, fmt = saved["metrics"]["valid_rate"], saved["metrics"]["format_error_rate"]
+    # every state moved from a format error to a valid run: +1 with no spread, so the interval is [1, 1]
+    assert (valid["diff"], valid["se"], valid["ci_low"], valid["up"]) == (1.0, 0.0, 1.0, 2)
+    assert (fmt["diff"], fmt["down"]) == (-1.0, 2) and saved["label_a"] == "scripted:none"
+    assert main(["eval", "--stepwise", "--compare", "template", "template", "--tasks", "titanic"]) == 2
+    assert "two different policies" in " ".join(capsys.readouterr().err.split())
+    # a later evaluation on the very same states and seeds: --pair-with, then `eval compare`
+    again = tmp_path / "again"
+    assert main(["eval", "--stepwise", "--policy", "scripted:copy", "--pair-with", str(out / "a"), "--tasks",
+                 "titanic", "--out", str(again), "--data-dir", str(data_root), "--json"]) == 0
+    later = StepwiseResult.from_dict(json.loads((again / "stepwise.json").read_text()))
+    assert later.states == a.states and later.seeds == a.seeds and later.draw["headroom"] == "given"
+    capsys.readouterr()
+    assert main(["eval", "compare", str(out / "b"), str(again), "--json"]) == 0
+    same = json.loads(capsys.readouterr().out)["metrics"]["mean_reward"]
+    assert (same["diff"], same["tied"]) == (0.0, 2)  # the same scripted policy: nothing moves
+    assert main(["eval", "--stepwise", "--policy", "scripted:copy", "--pair-with", str(out / "a"), "--tasks",
+                 "penguins", "--out", str(tmp_path / "x"), "--data-dir", str(data_root)]) == 2
+    assert "give --tasks titanic" in " ".join(capsys.readouterr().err.split())
 
 
 def test_the_progress_bar_counts_the_states_run(capsys):

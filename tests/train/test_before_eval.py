@@ -1,6 +1,6 @@
 """The step-wise evaluation before training runs alongside the expert's collection (BeforeEvaluation),
-and the warm start's own evaluation is a setting (stepwise.after_sft): off on the cpu preset, on for
-gpu-1x, on for a run directory written before it existed. The real evaluation and collection run
+and the warm start's own evaluation is a setting (stepwise.after_sft): on by default, on for a run
+directory written before it existed, off where the run says so. The real evaluation and collection run
 together in test_cli.py's --sft auto run; here the evaluation is a stand-in, to see the threads."""
 
 from __future__ import annotations
@@ -97,11 +97,11 @@ def test_it_says_what_it_found_when_it_ran_in_the_background(tmp_path, monkeypat
             "(generation 3 s)") in err
 
 
-def test_the_warm_starts_evaluation_is_off_on_the_cpu_preset_and_on_for_gpu(tmp_path):
+def test_the_warm_starts_evaluation_is_on_unless_turned_off(tmp_path):
     from mleforge.cli.main import build_parser
     from mleforge.cli.train import overrides
 
-    assert TrainConfig().stepwise.after_sft is False
+    assert TrainConfig().stepwise.after_sft is True
     assert TrainConfig.preset_config("gpu-1x").stepwise.after_sft is True
     parser = build_parser()
     assert overrides(parser.parse_args(["train", "--eval-after-sft", "on"])) == {"stepwise": {"after_sft": True}}
@@ -115,7 +115,7 @@ def test_the_warm_starts_evaluation_is_off_on_the_cpu_preset_and_on_for_gpu(tmp_
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
     assert load_run_config(tmp_path).stepwise.after_sft is True
     # one written now keeps what it says
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(TrainConfig().to_dict()))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(TrainConfig(stepwise={"after_sft": False}).to_dict()))
     assert load_run_config(tmp_path).stepwise.after_sft is False
 
 

@@ -104,7 +104,8 @@ def test_sft_auto_warm_starts_and_evaluates_before_and_after(tiny, titanic, data
     run = tmp_path / "run"
     code, out = cli("train", "--model", f"hf:{tiny}", "--tasks", "titanic", "--eval-tasks", "penguins",
                     "--steps", "2", "--group-size", "2", "--max-new-tokens", "8", "--sft-steps", "1",
-                    "--expert-steps", "3", "--stepwise-states", "2", "--sft-max-length", "16000",
+                    "--expert-steps", "3", "--stepwise-states", "2", "--stepwise-samples", "2",
+                    "--sft-max-length", "16000",
                     "--executor", "local", "--engine", "transformers", "--eval-after-sft", "on",
                     "--run-dir", str(run), "--data-dir", str(data_root), "--json")
     assert code == 0 and json.loads(out)["steps"] == 2
@@ -128,17 +129,28 @@ def test_sft_auto_warm_starts_and_evaluates_before_and_after(tiny, titanic, data
     assert before["available"] and after["available"]
     assert (before["policy"], after["policy"]) == (f"hf:{tiny}", f"hf:{run / 'final'}")
     assert before["tasks"] == after["tasks"] == ["penguins"] and before["prompt_profile"] == "compact"
-    assert [r["state_id"] for r in before["records"]] == [r["state_id"] for r in after["records"]]
+    assert [(r["state_id"], r["seed"]) for r in before["records"]] == \
+        [(r["state_id"], r["seed"]) for r in after["records"]]
     assert 1 <= before["n_states"] <= 2 and before["sampling"] == after["sampling"]
+    assert before["seeds"] == [0, 1] and len(before["records"]) == 2 * before["n_states"]
+    assert before["draw"]["headroom"] == "prefer"  # penguins' states may sit at the top: drawn, reported apart
     assert before["engine"]["name"] == "transformers"
     assert StepwiseResult.from_dict(before).records[0].stage in ("debug", "improve")
     # the warm start's own evaluation, on the same states, between them
     warm = json.loads((run / "stepwise" / "sft.json").read_text())
     assert warm["available"] and warm["policy"] == f"hf:{run / 'sft' / 'model'}"
     assert [r["state_id"] for r in warm["records"]] == [r["state_id"] for r in before["records"]]
+    # run.json: the paired differences of the three, on the same states and seeds, and the null control
+    paired = json.loads((run / "run.json").read_text())["stepwise"]
+    assert [(c["label_a"], c["label_b"]) for c in paired["comparisons"]] == [
+        ("before", "after SFT"), ("after SFT", "after"), ("before", "after")]
+    assert all(c["kind"] == "paired" and c["seeds_a"] == [0, 1] for c in paired["comparisons"])
+    assert paired["null_control"]["kind"] == "null_halves"
     md = (run / "report" / "report.md").read_text()
-    assert "## Before and after training" in md and "| mean reward |" in md
-    assert "| metric | before | after SFT | after | after SFT − before | after − after SFT |" in md
+    assert "## Before and after training" in md and "| mean reward |" in md and "null control" in md
+    assert "| metric | before | after SFT | after |" in md
+    for a, b in (("before", "after SFT"), ("after SFT", "after"), ("before", "after")):
+        assert f"| metric | {a} | {b} | {b} − {a} (paired) | 95% CI | up / down / tied | states |" in md
     # resumed when done: nothing is collected, fine-tuned or evaluated again
     mtimes = {p: p.stat().st_mtime for p in (run / "collect" / "collect.json", run / "stepwise" / "after.json")}
     code, _ = cli("train", "--resume", str(run), "--data-dir", str(data_root), "--json")

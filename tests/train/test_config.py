@@ -86,7 +86,10 @@ def test_eval_tasks_leave_the_group_and_the_reward_neutral_reaches_the_curriculu
 
     cpu = TrainConfig()
     assert (cpu.eval_tasks, cpu.stepwise.states, cpu.stepwise.engine, cpu.stepwise.quantization) == (
-        "penguins,breast-cancer", 8, "auto", None)
+        "diabetes,telco-churn", 6, "auto", None)
+    assert (cpu.stepwise.after_sft, cpu.stepwise.headroom, cpu.stepwise.samples) == (True, "prefer", 2)
+    gpu = TrainConfig.preset_config("gpu-1x").stepwise
+    assert (gpu.states, gpu.samples, gpu.after_sft) == (16, 4, True)
     assert cpu.learnability.improve_neutral == 0.5
     floored = TrainConfig(reward=RewardConfig(r_format=0.0, r_fail=0.1, r_invalid=0.2, valid_floor=0.4))
     assert floored.learnability.improve_neutral == pytest.approx(0.7)  # 0.4 + 0.6 / 2

@@ -9,7 +9,12 @@ from mleforge import config as tree
 from mleforge.cli.engine_options import add_engine_arguments
 from mleforge.cli.options import add_config_file, common, task_registry
 from mleforge.cli.output import err_console, print_json, print_table
-from mleforge.cli.stepwise import add_stepwise_arguments, cmd_eval_stepwise, eval_configs
+from mleforge.cli.stepwise import (
+    add_stepwise_arguments,
+    cmd_eval_compare,
+    cmd_eval_stepwise,
+    eval_configs,
+)
 from mleforge.eval.config import EvalConfig
 
 
@@ -24,8 +29,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fresh", action="store_true", help="delete the evaluation folder first instead of resuming")
     p.add_argument("--stepwise", action="store_true",
                    help="step-wise evaluation instead: one completion per fixed, seeded expert state (ML-Agent's unit)")
+    p.add_argument("--compare", nargs=2, metavar=("POLICY_A", "POLICY_B"),
+                   help="with --stepwise: evaluate two policies on the same states and seeds (into OUT/a, OUT/b) "
+                        "and compare them paired (OUT/comparison.json)")
     add_stepwise_arguments(p)
     p.set_defaults(func=cmd_eval)
+    compare = p.add_subparsers(dest="eval_command", metavar="{compare}",
+                               help="`mleforge eval compare A B`: compare two step-wise results, paired")
+    c = compare.add_parser("compare", parents=[common()],
+                           help="B − A of two step-wise results on the same states and seeds (one result: its "
+                                "null control, its seeds split in halves)")
+    c.add_argument("results", nargs="+", metavar="RESULT",
+                   help="stepwise.json files, folders `mleforge eval --stepwise` wrote, or a training run's "
+                        "stepwise/<label>.json (A, then B)")
+    c.add_argument("--labels", help="comma-separated names of A and B in the table (default: the paths)")
+    c.add_argument("--other-seeds", action="store_true",
+                   help="pair the same states at other sampling seeds: a null control of one policy against "
+                        "itself (a comparison of two policies wants the same seeds)")
+    c.add_argument("--out", help="write the comparison's JSON here")
+    c.set_defaults(func=cmd_eval_compare)
 
     p = sub.add_parser("report", parents=[common()], help="Markdown + HTML report (tables, plots) of runs, side by side")
     p.add_argument("runs", nargs="+", help="run folders (e.g. what `mleforge eval` wrote)")
@@ -39,6 +61,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Evaluate a policy on tasks x seeds (MLE-bench style), in parallel, resumable; writes aggregate.json."""
     if args.stepwise:
         return cmd_eval_stepwise(args)
+    if args.compare:
+        from mleforge.errors import ConfigError
+
+        raise ConfigError("--compare A B evaluates two policies step-wise: add --stepwise (two result files "
+                          "compare with `mleforge eval compare A B`)")
     from mleforge.eval.progress import RichGridProgress
     from mleforge.eval.runner import EvalGrid, safe_name
     from mleforge.eval.sections import pm

@@ -26,7 +26,7 @@ from typing import Any
 from mleforge.errors import ConfigError
 from mleforge.runs import RUN_RECORD
 
-SECTION_MODULES = {"eval": "mleforge.eval.sections", "stepwise": "mleforge.eval.stepwise",
+SECTION_MODULES = {"eval": "mleforge.eval.sections", "stepwise": "mleforge.eval.stepwise_report",
                    "train": "mleforge.eval.train_sections", "sft": "mleforge.eval.train_sections"}
 
 

@@ -2,13 +2,16 @@
 
     settings = StageSettings(...)                    # the run's eval tasks, states, sampling, prompt, reward
     evaluate_stage(settings, run_dir, "hf:<run>/final", "after", registry, executor)
-    stepwise_table(run_dir)                          # before | after SFT | after, side by side
+    stepwise_stages(run_dir)                         # [(heading, StepwiseResult)]: before, after SFT, after
+    paired_summary(run_dir)                          # the paired differences, for run.json
 
 Each stage is saved as `<run>/stepwise/<label>.json` and made once: a resumed run reads it
 back. Every label sees the same states (drawn with the run's seed from stepwise/expert/,
-template-expert journals of the eval tasks, made once), the same sampling, prompt and
-reward config, so two stages compare paired. The training recipe (mleforge.train.recipe)
-decides the settings from its config; this module knows nothing of training.
+template-expert journals of the eval tasks, made once; states without headroom dropped),
+the same `samples` sampling seeds (seed, seed + 1, ...), the same sampling, prompt and
+reward config, so two stages compare paired (mleforge.eval.stepwise_compare). The training
+recipe (mleforge.train.recipe) decides the settings from its config; this module knows
+nothing of training.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ class StageSettings:
     workers: int
     run_timeout_s: float | None
     policy_options: dict[str, Any] = field(default_factory=dict)
+    samples: int = 1  # k: completions per state, at sampling seeds seed, seed + 1, ...
+    headroom: str = "prefer"  # the draw's (mleforge.eval.stepwise.draw_states): never stops a run
 
 
 def make_local_policy(spec: str, options: dict[str, Any]) -> Policy:
@@ -69,7 +74,7 @@ def evaluate_stage(settings: StageSettings, folder: Path, spec: str, label: str,
                    executor: Executor, progress: bool = False, console: Console | None = None) -> dict[str, Any]:
     """The step-wise evaluation of `spec` on the eval tasks (mleforge.eval.stepwise), saved as
     stepwise/<label>.json; done once per label (see the module docstring)."""
-    from mleforge.eval.stepwise import record_progress, run_stepwise, stepwise_states
+    from mleforge.eval.stepwise import draw_states, record_progress, run_stepwise, sample_seeds
 
     out = folder / STEPWISE_DIR / f"{label}.json"
     if out.is_file():
@@ -80,18 +85,19 @@ def evaluate_stage(settings: StageSettings, folder: Path, spec: str, label: str,
         atomic_write(out, json.dumps(result, indent=1))
         return result
     tasks = list(settings.eval_tasks)
-    states = stepwise_states(tasks, n_states=settings.n_states, seed=settings.seed,
-                             work_dir=folder / STEPWISE_DIR / "expert", stages=settings.stages,
-                             registry=registry, steps=settings.expert_steps, executor=executor, progress=progress,
-                             console=console)
+    draw = draw_states(tasks, n_states=settings.n_states, seed=settings.seed,
+                       work_dir=folder / STEPWISE_DIR / "expert", stages=settings.stages, headroom=settings.headroom,
+                       registry=registry, steps=settings.expert_steps, executor=executor, progress=progress,
+                       console=console, reward_config=settings.reward)
+    seeds = sample_seeds(settings.seed, settings.samples)
     policy = make_local_policy(spec, settings.policy_options)
     try:
-        with record_progress(f"step-wise evaluation ({label}): generating, then running", len(states),
-                             enabled=progress, console=console) as on_record:
-            evaluated = run_stepwise(policy, states, tasks, executor, sampling=settings.sampling,
+        with record_progress(f"step-wise evaluation ({label}): generating, then running",
+                             len(draw.states) * len(seeds), enabled=progress, console=console) as on_record:
+            evaluated = run_stepwise(policy, draw.states, tasks, executor, sampling=settings.sampling, seeds=seeds,
                                      prompt_config=settings.prompt, reward_config=settings.reward, policy_name=spec,
                                      workers=settings.workers, run_timeout_s=settings.run_timeout_s,
-                                     on_record=on_record)
+                                     draw=draw.to_dict(), on_record=on_record)
     finally:
         policy.close()
     choice = getattr(policy, "choice", None)  # hf/bundled policies: the engine taken and why
@@ -118,10 +124,21 @@ def stepwise_stages(folder: Path) -> list[tuple[str, StepwiseResult]] | None:
     return [found[label] for label, _ in STEPWISE_STAGES if label in found]
 
 
-def stepwise_table(folder: Path) -> tuple[tuple[str, ...], list[tuple[str, ...]]] | None:
-    """The columns and rows (mleforge.eval.stepwise.compare_stages) of a run's step-wise
-    evaluations: before, after the warm start where there was one, after; or None."""
-    from mleforge.eval.stepwise import compare_stages
+def paired_summary(folder: Path) -> dict[str, Any] | None:
+    """The run's paired differences (mleforge.eval.stepwise_report.stage_comparisons: after SFT −
+    before, after − after SFT, after − before) and the null control of the evaluation before
+    (its seeds in halves), as dicts for run.json; None unless before and after are there."""
+    from mleforge.errors import ConfigError
+    from mleforge.eval.stepwise_compare import null_control
+    from mleforge.eval.stepwise_report import stage_comparisons
 
     stages = stepwise_stages(folder)
-    return None if stages is None else compare_stages(stages)
+    if stages is None:
+        return None
+    try:
+        comparisons = [c.to_dict() for c in stage_comparisons(stages)]
+    except ConfigError as exc:  # evaluations of another version of the run, on other states
+        return {"error": str(exc)}
+    before = stages[0][1]
+    control = null_control(before, stages[0][0]).to_dict() if len(before.seeds) >= 2 else None
+    return {"comparisons": comparisons, "null_control": control}

@@ -80,10 +80,18 @@ def curves_section(runs: Sequence[LoadedRun]) -> list[Section]:
 
 def stepwise_section(runs: Sequence[LoadedRun]) -> list[Section]:
     """Each run's step-wise evaluation before training, after its warm start (where there was
-    one) and after (mleforge.eval.stepwise.compare_stages): the same states and sampling each
-    time, so the warm start's change and GRPO's own are apart."""
+    one) and after, on the same states and sampling seeds: the figures side by side
+    (mleforge.eval.stepwise_report.stages_table), then the paired differences after SFT − before,
+    after − after SFT and after − before, and the null control of the evaluation before."""
+    from mleforge.errors import ConfigError
     from mleforge.eval.stages import stepwise_stages
-    from mleforge.eval.stepwise import compare_stages
+    from mleforge.eval.stepwise_report import (
+        comparison_table,
+        flat_table,
+        null_table,
+        stage_comparisons,
+        stages_table,
+    )
 
     blocks: list[Any] = []
     for run in runs:
@@ -95,15 +103,39 @@ def stepwise_section(runs: Sequence[LoadedRun]) -> list[Section]:
         if not after.get("available"):
             blocks.append(Callout(f"{run.label}: the evaluation after training has not run yet", "note"))
             continue
-        columns, rows = compare_stages(stepwise_stages(Path(run.path)))
+        stages = stepwise_stages(Path(run.path))
+        columns, rows = stages_table(stages)
         sft = _stepwise(run, "sft")
         warm = f", after the warm start ({sft.get('policy')})" if sft.get("available") else ""
         tasks = ", ".join(before.get("tasks", []))
         blocks.append(Table(columns, tuple(rows),
                             f"{run.label}: before ({before.get('policy')}, the model as given){warm} and after "
                             f"({after.get('policy')}) on {tasks}, tasks the run did not train on; mean ± SEM "
-                            "over states, change ± its standard error"))
+                            f"over states with headroom (a state's seeds averaged first); {_drawn(before)}"))
+        flat = flat_table(stages)
+        if flat is not None:
+            blocks.append(flat)
+        try:
+            blocks += [comparison_table(c) for c in stage_comparisons(stages)]
+        except ConfigError as exc:
+            blocks.append(Callout(f"{run.label}: the evaluations are not paired ({exc})", "note"))
+        control = null_table(stages[0][1], stages[0][0])
+        if control is not None:
+            blocks.append(control)
     return [Section("Before and after training", tuple(blocks))] if blocks else []
+
+
+def _drawn(evaluation: dict[str, Any]) -> str:
+    """What the state draw of an evaluation left out, in words."""
+    draw = evaluation.get("draw") or {}
+    if not draw:
+        return "states drawn with no headroom rule"
+    text = f"{draw['drawn']} states drawn of {draw['candidates']} candidates"
+    if draw.get("dropped_no_headroom"):
+        text += f", {draw['dropped_no_headroom']} dropped for want of headroom"
+    if draw.get("filled_no_headroom"):
+        text += f", {draw['filled_no_headroom']} without headroom filled up the draw (reported apart)"
+    return text
 
 
 def time_section(runs: Sequence[LoadedRun]) -> list[Section]:

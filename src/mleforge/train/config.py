@@ -240,8 +240,10 @@ class TrainConfig(_Tree):
 
     model: ModelConfig = field(default_factory=ModelConfig)
     tasks: str = field(default="lite", metadata={"help": "tasks to train on: lite | all | id,id,..."})
-    eval_tasks: str = field(default="penguins,breast-cancer", metadata={
-        "help": "tasks of the step-wise evaluation, not trained on ('' for none; left out of a group in tasks)"})
+    eval_tasks: str = field(default="diabetes,telco-churn", metadata={
+        "help": "tasks of the step-wise evaluation, not trained on ('' for none; left out of a group in tasks); "
+                "tasks whose expert states leave headroom (the template expert scores a perfect 1.0 on penguins "
+                "and breast-cancer, so their states can show no improvement)"})
     steps: int = field(default=4, metadata={"help": "GRPO steps"})
     group_size: int = field(default=4, metadata={"help": "rollouts per state (GRPO's G; at least 2)"})
     groups_per_step: int = field(default=1, metadata={
@@ -453,7 +455,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lr": 5e-6,
         "sft": {"max_steps": 200, "lr": 1e-4, "batch_size": 4, "grad_accum": 4, "loss_samples": 32},
         "collect": {"steps": 12},
-        "stepwise": {"expert_steps": 12, "after_sft": True},
+        "stepwise": {"expert_steps": 12, "states": 16, "samples": 4},
         "seed_stages": ["draft", "debug", "improve"],
         "sandbox": {"run_timeout_s": 600.0},
         "save_steps": 4,
@@ -497,8 +499,8 @@ def is_flat_train_config(data: dict[str, Any]) -> bool:
 def upgrade_train_dict(data: dict[str, Any], *, legacy: bool = True) -> dict[str, Any]:
     """A TrainConfig dict in the tree's shape: a flat one's keys mapped by FLAT_KEYS. `legacy`
     (a config a run saved): a key its version did not write yet reads as what that run did
-    (FLAT_LEGACY, ModelConfig.LEGACY); a file a user writes (not legacy) leaves missing keys
-    to the defaults."""
+    (FLAT_LEGACY, ModelConfig.LEGACY, StepwiseConfig.LEGACY); a file a user writes (not legacy)
+    leaves missing keys to the defaults."""
     if not isinstance(data, dict):
         return data
     out = dict(data)
@@ -512,6 +514,8 @@ def upgrade_train_dict(data: dict[str, Any], *, legacy: bool = True) -> dict[str
         out["sampler"] = {"kind": out["sampler"]}
     if legacy and isinstance(out.get("model"), dict):
         out["model"] = {**ModelConfig.LEGACY, **out["model"]}
+    if legacy and isinstance(out.get("stepwise"), dict):
+        out["stepwise"] = {**StepwiseConfig.LEGACY, **out["stepwise"]}
     return out
 
 

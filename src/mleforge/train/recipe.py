@@ -207,10 +207,13 @@ def _train_and_save(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, ex
 
 
 def _finish(plan: Plan, folder: Path, steps_done: int, final: Path, wall: float) -> TrainResult:
-    """run.json says done; the report is written."""
+    """run.json says done, with the step-wise evaluation's paired differences
+    (mleforge.eval.stages.paired_summary); the report is written."""
+    from mleforge.eval.stages import paired_summary
+
     atomic_write(folder / RUN_RECORD, json.dumps(run_record(
         plan, "done", steps_done=steps_done, final_model=str(final), wall_s=wall,
-        report=str(folder / REPORT_DIR / "report.html")), indent=1))
+        report=str(folder / REPORT_DIR / "report.html"), stepwise=paired_summary(folder)), indent=1))
     from mleforge.eval.report import write_report
 
     written = write_report([folder], folder / REPORT_DIR)
@@ -309,7 +312,8 @@ def stage_settings(plan: Plan) -> StageSettings:
         seed=config.seed, stages=config.seed_stages, expert_steps=config.stepwise.expert_steps, sampling=sampling,
         prompt=config.prompt, reward=config.reward,
         workers=execution_workers(config, plan.eval_tasks) if config.stepwise.enabled and plan.eval_tasks else 0,
-        run_timeout_s=config.sandbox.run_timeout_s, policy_options=options)
+        run_timeout_s=config.sandbox.run_timeout_s, policy_options=options, samples=config.stepwise.samples,
+        headroom=config.stepwise.headroom)
 
 
 def stepwise_evaluation(plan: Plan, folder: Path, spec: str, label: str, registry: TaskRegistry | None,
