@@ -10,8 +10,10 @@
 - A model evaluated on a set of states at several sampling seeds (one completion per state and
   seed), saved per seed and read back on a later call; two evaluations of one state set pair by
   state through mleforge.eval.paired (each state's mean over seeds, then a t-interval over states).
-  TO SWITCH: when the powered evaluation of issue 32 item 1 lands (`mleforge eval --stepwise
-  --compare`), `evaluate` becomes a call of it; the statistics are already its module's.
+  The states are drawn with mleforge.eval.stepwise.draw_states and only those with headroom kept
+  (headroom "require": a state whose reference score is already the metric's perfect value can
+  show no improvement); the completions are mleforge.eval.stepwise.run_stepwise's, one call per
+  sampling seed so that each seed is saved (and its completions repeat) on its own.
 - Results appended to a JSON as each piece finishes (`Results`): a key present is never redone.
 """
 
@@ -180,7 +182,7 @@ def train_states_ids(plan: Any, journals: str) -> set[str]:
 def held_apart_states(shared: Shared, work: Path, n: int, seed: int, progress: bool) -> tuple[list[Any], int]:
     """`n` states of the training tasks from expert episodes of their own (made once in
     <work>/held-apart), none of them a buffer seed; and how many candidates were dropped as seeds."""
-    from mleforge.eval.stepwise import stepwise_states
+    from mleforge.eval.stepwise import draw_states
     from mleforge.expert.collect import CollectConfig, collect_samples
 
     plan = shared.plan
@@ -190,24 +192,25 @@ def held_apart_states(shared: Shared, work: Path, n: int, seed: int, progress: b
                            embedder="tfidf", first_seed=VALIDATION_FIRST_SEED + seed)
     collected = collect_samples(config, work / "held-apart", registry=shared.registry, executor=shared.executor,
                                 progress=progress)
-    candidates = stepwise_states(list(plan.tasks), n_states=10 * n, seed=seed, journals=collected.journals_dir,
-                                 stages=plan.config.seed_stages)
+    candidates = draw_states(list(plan.tasks), n_states=10 * n, seed=seed, journals=collected.journals_dir,
+                             stages=plan.config.seed_stages, headroom="require", reward_config=plan.config.reward).states
     seeds = train_states_ids(plan, shared.journals)
     kept = [s for s in candidates if s.state_id not in seeds]
     return kept[:n], len(candidates) - len(kept)
 
 
 def eval_task_states(shared: Shared, work: Path, progress: bool) -> list[Any]:
-    """The evaluation tasks' states, as the run's step-wise evaluation draws them."""
-    from mleforge.eval.stepwise import stepwise_states
+    """The evaluation tasks' states with headroom, as the run's step-wise evaluation draws them."""
+    from mleforge.eval.stepwise import draw_states
     from mleforge.runs import STEPWISE_DIR
     from mleforge.train import recipe
 
     s = recipe.stage_settings(shared.plan)
     episodes = episodes_for(s.n_states, len(s.eval_tasks), s.expert_steps)
-    return stepwise_states(list(s.eval_tasks), n_states=s.n_states, seed=s.seed, work_dir=work / STEPWISE_DIR / "expert",
-                           stages=s.stages, registry=shared.registry, steps=s.expert_steps, episodes=episodes,
-                           executor=shared.executor, progress=progress)
+    return list(draw_states(list(s.eval_tasks), n_states=s.n_states, seed=s.seed,
+                            work_dir=work / STEPWISE_DIR / "expert", stages=s.stages, headroom="require",
+                            registry=shared.registry, steps=s.expert_steps, episodes=episodes,
+                            executor=shared.executor, progress=progress, reward_config=s.reward).states)
 
 
 def episodes_for(n: int, tasks: int, steps: int) -> int:
@@ -222,8 +225,6 @@ def episodes_for(n: int, tasks: int, steps: int) -> int:
 def evaluate(shared: Shared, spec: str, states: Sequence[Any], seeds: Sequence[int], path: Path) -> dict[str, Any]:
     """One completion per state at each sampling seed, rewarded; saved in `path` after each seed
     (a seed there is read back, not redone). {"spec", "states": [ids], "seeds": {seed: [records]}}."""
-    from dataclasses import replace
-
     from mleforge.eval.stages import make_local_policy
     from mleforge.eval.stepwise import run_stepwise
     from mleforge.train import recipe
@@ -243,7 +244,7 @@ def evaluate(shared: Shared, spec: str, states: Sequence[Any], seeds: Sequence[i
     policy = make_local_policy(spec, settings.policy_options)
     try:
         for seed in todo:
-            result = run_stepwise(policy, states, tasks, shared.executor, sampling=replace(settings.sampling, seed=seed),
+            result = run_stepwise(policy, states, tasks, shared.executor, sampling=settings.sampling, seeds=(seed,),
                                   prompt_config=settings.prompt, reward_config=settings.reward, policy_name=spec,
                                   workers=max(1, settings.workers), run_timeout_s=settings.run_timeout_s)
             data["seeds"][str(seed)] = [r.to_dict() for r in result.records]
