@@ -1,7 +1,7 @@
 """GRPO's settings, measured: from one shared warm start, each setting changed alone, scored on
 held-apart states of the TRAINING tasks (a validation set), paired against the warm start.
 
-    python benchmarks/grpo_sweep.py --tiny --tasks titanic --eval-tasks penguins --groups 4 --group-size 2 \\
+    python benchmarks/grpo_sweep.py --tiny --tasks titanic --eval-tasks diabetes --groups 4 --group-size 2 \\
         --expert-steps 3 --sft-steps 1 --val-states 2 --val-seeds 1 --configs base,groups/step=4 \\
         --work bench-out/sweep-tiny --out bench-out/sweep-tiny.json            # plumbing, minutes
     python benchmarks/grpo_sweep.py --groups 16 --val-states 16 --val-seeds 4 \\

@@ -1,7 +1,7 @@
 """Does GRPO learn? The warm start against the warm start plus N GRPO steps, seed by seed, with a
 null control, on tasks the runs do not train on.
 
-    python benchmarks/learning.py --tiny --tasks titanic --eval-tasks penguins --steps 2 --evals 2 --seeds 1 \\
+    python benchmarks/learning.py --tiny --tasks titanic --eval-tasks diabetes --steps 2 --evals 2 --seeds 1 \\
         --group-size 2 --expert-steps 3 --sft-steps 1 --stepwise-states 2 --probe-states 2 --eval-seeds 1 \\
         --work bench-out/learning-tiny --out bench-out/learning-tiny.json      # plumbing, minutes
     python benchmarks/learning.py --steps 32 --evals 4 --seeds 3 --eval-seeds 4 --stepwise-states 24 \\
