@@ -11,7 +11,8 @@ generation and reward, and takes what a rollout engine reports of the step (its 
 sync's seconds, the staleness of the weights it sampled from); mleforge.train.grpo.buffer_callback
 turns them into metrics. And it treats the groups of a step that have no valid rollout as
 TrainConfig.invalid_groups says (mleforge.train.grpo.advantages; "standardize" leaves TRL's
-advantages as they are).
+advantages as they are), and for the null control (TrainConfig.shuffle_rewards) permutes each
+group's rewards before TRL turns them into advantages.
 
 One more, for devices without Triton (a CPU): TRL 1.16's fused LM head projects only the
 completion positions through the vocabulary where Triton runs, and every position
