@@ -25,6 +25,7 @@ from mleforge.expert.collect_config import CollectConfig
 from mleforge.policies.engines.base import QUANTIZATIONS
 from mleforge.reward import RewardConfig
 from mleforge.sandbox.config import SandboxConfig
+from mleforge.train.grpo.advantages import INVALID_GROUPS
 from mleforge.train.prompt_renderer import compact_prompt
 from mleforge.train.tracking import TRACKERS
 
@@ -251,7 +252,10 @@ class TrainConfig(_Tree):
                 "and breast-cancer, so their states can show no improvement)"})
     steps: int = field(default=4, metadata={"help": "GRPO steps"})
     group_size: int = field(default=4, metadata={"help": "rollouts per state (GRPO's G; at least 2)"})
-    groups_per_step: int = field(default=1, metadata={"help": "states per step"})
+    groups_per_step: int = field(default=1, metadata={
+        "help": "states per step, each step one optimizer step on all its groups' rollouts (gradient "
+                "accumulation over micro-batches); at equal rollouts (steps x groups_per_step), 1 takes "
+                "more, noisier steps than 4"})
     micro_batch: int | None = field(default=None, metadata={
         "help": "sequences per forward/backward pass (none: one group's)"})
     max_new_tokens: int = field(default=192, metadata={"help": "completion length cap"})
@@ -259,10 +263,25 @@ class TrainConfig(_Tree):
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling of the GRPO rollouts"})
     lr: float = field(default=5e-5, metadata={"help": "learning rate"})
     lr_scheduler: str = field(default="constant", metadata={"choices": LR_SCHEDULERS, "help": "learning-rate schedule"})
-    beta: float = field(default=0.0, metadata={"help": "KL coefficient (0: no reference model)"})
+    warmup: float = field(default=0.0, metadata={
+        "help": "linear warm-up of the learning rate from 0: N steps (a whole number >= 1) or a fraction of "
+                "the run's steps (in [0, 1)); needs an lr_scheduler with warm-up (constant_with_warmup, "
+                "linear, cosine)"})
+    beta: float = field(default=0.0, metadata={
+        "help": "KL coefficient against the start (0: none). Under LoRA the reference is the model with the "
+                "adapter off, i.e. the warm start (merged into the base): one more forward pass per step, "
+                "without gradient, and no memory; full fine-tuning keeps a second copy of the model"})
     loss_type: str = field(default="dapo", metadata={"choices": LOSS_TYPES, "help": "TRL's GRPO loss"})
     scale_rewards: str = field(default="group", metadata={
-        "choices": SCALE_REWARDS, "help": "TRL's advantage scaling"})
+        "choices": SCALE_REWARDS, "help": "TRL's advantage scaling: group ((r - group mean) / group std), "
+                                          "batch (/ the step's std), none (r - group mean, Dr. GRPO)"})
+    invalid_groups: str = field(default="standardize", metadata={
+        "choices": INVALID_GROUPS, "help": "a group with no valid rollout (its failures' small reward gaps): "
+                                           "standardize (scaled as any group), zero (no advantage), raw "
+                                           "(r - group mean, unscaled); mleforge.train.grpo.advantages"})
+    shuffle_rewards: bool = field(default=False, metadata={
+        "help": "a null control: each group's rewards are permuted (seeded) before the advantages, so the "
+                "updates keep GRPO's size and carry no signal; the rollouts keep their own rewards"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
     buffer_growth: bool = field(default=True, metadata={
         "negative": "--no-buffer-growth",
@@ -346,15 +365,30 @@ class TrainConfig(_Tree):
         check.probability("top_p", self.top_p, above_zero=True)
         check.number("lr", self.lr, low=0.0, strict=True, fix=" (1e-5 for LoRA, 1e-6 for full fine-tuning)")
         check.choice("lr_scheduler", self.lr_scheduler, LR_SCHEDULERS)
+        self._check_warmup()
         check.number("beta", self.beta, low=0.0)
         check.choice("loss_type", self.loss_type, LOSS_TYPES)
         check.choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
+        check.choice("invalid_groups", self.invalid_groups, INVALID_GROUPS)
+        check.flag("shuffle_rewards", self.shuffle_rewards)
         check.number("max_grad_norm", self.max_grad_norm, low=0.0)
         check.flag("buffer_growth", self.buffer_growth)
         check.integer("save_steps", self.save_steps, 1)
         check.integer("save_total_limit", self.save_total_limit, 2, "; the newest checkpoint may be half-written "
                       "when a run is killed, so the one before it must survive")
         check.flag("bf16", self.bf16, optional=True)
+
+    def _check_warmup(self) -> None:
+        check.number("warmup", self.warmup, low=0.0, fix=" (steps, or a fraction of the run's steps)")
+        if self.warmup >= 1 and self.warmup != int(self.warmup):
+            raise ConfigError(f"warmup: got {self.warmup}; give whole steps (>= 1) or a fraction of the run's "
+                              "steps (in [0, 1))")
+        if self.warmup >= 1 and self.warmup > self.steps:
+            raise ConfigError(f"warmup: {int(self.warmup)} steps in a run of {self.steps}: the learning rate would "
+                              "never reach lr; give at most --steps, or a fraction")
+        if self.warmup and self.lr_scheduler == "constant":
+            raise ConfigError("warmup: lr_scheduler constant has no warm-up (TRL ignores it); use --lr-scheduler "
+                              "constant_with_warmup (or linear, cosine), or warmup 0")
 
     def _link_sections(self) -> None:
         """What one section's setting means for another's."""

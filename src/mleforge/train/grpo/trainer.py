@@ -9,7 +9,10 @@ batch and anything else random in it depend only on the seed and the step, wheth
 went straight through or was resumed from a checkpoint. It also times the step's
 generation and reward, and takes what a rollout engine reports of the step (its weight
 sync's seconds, the staleness of the weights it sampled from); mleforge.train.grpo.buffer_callback
-turns them into metrics.
+turns them into metrics. And it treats the groups of a step that have no valid rollout as
+TrainConfig.invalid_groups says (mleforge.train.grpo.advantages; "standardize" leaves TRL's
+advantages as they are), and for the null control (TrainConfig.shuffle_rewards) permutes each
+group's rewards before TRL turns them into advantages.
 
 One more, for devices without Triton (a CPU): TRL 1.16's fused LM head projects only the
 completion positions through the vocabulary where Triton runs, and every position
@@ -46,6 +49,11 @@ from trl import GRPOTrainer
 from trl.trainer.utils import selective_log_softmax_and_entropy
 
 from mleforge.policies.base import derive_seed
+from mleforge.train.grpo.advantages import (
+    group_permutation,
+    invalid_groups_of,
+    treat_invalid_groups,
+)
 from mleforge.train.grpo.generation import rollout_figures
 from mleforge.train.grpo.state_feed import CurriculumFeed
 
@@ -70,12 +78,21 @@ def step_seed(seed: int, step: int, rank: int) -> int:
 
 
 class CurriculumGRPOTrainer(GRPOTrainer):
-    def __init__(self, *args: Any, feed: CurriculumFeed, run_seed: int, prompt_grad: bool = True, **kwargs: Any):
+    def __init__(self, *args: Any, feed: CurriculumFeed, run_seed: int, prompt_grad: bool = True,
+                 invalid_groups: str = "standardize", valid_from: float | None = None,
+                 shuffle_rewards: bool = False, **kwargs: Any):
+        """invalid_groups: TrainConfig.invalid_groups; valid_from: the lowest reward of a valid
+        rollout (RewardConfig.lowest_valid_reward; None: every group counts as valid);
+        shuffle_rewards: TrainConfig.shuffle_rewards (the null control)."""
         super().__init__(*args, **kwargs)
         self.feed = feed
         self.run_seed = run_seed
         self.prompt_grad = prompt_grad
+        self.invalid_groups = invalid_groups
+        self.shuffle_rewards = shuffle_rewards
+        self.valid_from = valid_from
         self.timings: dict[int, dict[str, float]] = defaultdict(dict)
+        self._step_rewards: Any = None  # the step's rewards of every process, as TRL gathered them
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         step = self.state.global_step
@@ -86,9 +103,43 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         if torch.cuda.is_available():
             torch.cuda.manual_seed_all(seed)
         drawn = time.perf_counter()
+        self._step_rewards = None
         output = super()._generate_and_score_completions(rows)
         self.timings[step].update(feed_s=drawn - started, generate_and_reward_s=time.perf_counter() - drawn,
                                   **rollout_figures(self.rollout_func, step))
+        return self._treat_invalid_groups(output, len(rows))
+
+    def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self.shuffle_rewards and self.model.training:  # the null control: the same on every process
+            seed = derive_seed(self.run_seed, self.state.global_step, -1)  # not a rank's step seed
+            order = group_permutation(rewards_per_func.size(0), self.num_generations, seed)  # type: ignore[arg-type]
+            rewards_per_func = rewards_per_func[torch.tensor(order, device=rewards_per_func.device)]
+        self._step_rewards = rewards_per_func  # (every process's rows, reward functions)
+        return rewards_per_func
+
+    def _treat_invalid_groups(self, output: dict[str, Any], local_rows: int) -> dict[str, Any]:
+        """TRL's advantages with the groups that have no valid rollout treated by `invalid_groups`;
+        the fraction of such groups is logged (frac_groups_no_valid) whatever the setting."""
+        per_func = self._step_rewards
+        if per_func is None or self.valid_from is None or not self.model.training:
+            return output
+        weights = self.reward_weights.to(per_func.device).unsqueeze(0)
+        rewards = (per_func * weights).nansum(dim=1)
+        rewards[torch.isnan(per_func).all(dim=1)] = float("nan")  # lost: no reward, as TRL has it
+        listed = rewards.tolist()
+        invalid = invalid_groups_of(listed, self.num_generations, self.valid_from)
+        self._metrics["train"]["frac_groups_no_valid"].append(sum(invalid) / max(1, len(invalid)))
+        if self.invalid_groups == "standardize" or not any(invalid):
+            return output
+        # This process's advantages placed in the step's layout: a treated group's new advantages
+        # depend on the step's rewards alone, every other row keeps TRL's.
+        start = self.accelerator.process_index * local_rows
+        whole = [0.0] * len(listed)
+        whole[start:start + local_rows] = output["advantages"].tolist()
+        treated = treat_invalid_groups(whole, listed, self.num_generations, self.valid_from, self.invalid_groups)
+        output["advantages"] = torch.tensor(treated[start:start + local_rows], dtype=output["advantages"].dtype,
+                                            device=output["advantages"].device)
         return output
 
     def _prepare_inputs(self, generation_batch: Any) -> Any:

@@ -89,6 +89,8 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, exec
             train_dataset=Dataset.from_list(placeholder_rows(config.groups_per_step)),
             processing_class=loaded.tokenizer, peft_config=loaded.peft_config, rollout_func=rollout,
             feed=feed, run_seed=config.seed, prompt_grad=config.model.prompt_grad,
+            invalid_groups=config.invalid_groups, valid_from=config.reward.lowest_valid_reward,
+            shuffle_rewards=config.shuffle_rewards,
         )
     for printer in (PrinterCallback, ProgressCallback):  # our own bar and metrics.jsonl instead
         trainer.remove_callback(printer)
@@ -121,7 +123,7 @@ def grpo_args(plan: Plan, folder: Path, device: str) -> Any:
         output_dir=str(folder / CHECKPOINTS_DIR), max_steps=config.steps, per_device_train_batch_size=config.micro_batch,
         gradient_accumulation_steps=steps_per_generation, steps_per_generation=steps_per_generation,
         num_generations=config.group_size, num_iterations=1, learning_rate=config.lr,
-        lr_scheduler_type=config.lr_scheduler, beta=config.beta, loss_type=config.loss_type,
+        lr_scheduler_type=config.lr_scheduler, warmup_steps=config.warmup, beta=config.beta, loss_type=config.loss_type,
         scale_rewards=config.scale_rewards, max_grad_norm=config.max_grad_norm, shuffle_dataset=False,
         logging_steps=1, save_strategy="steps", save_steps=config.save_steps, save_total_limit=config.save_total_limit,
         **trainer_args(config.report_to, folder), disable_tqdm=True, bf16=bool(config.bf16), fp16=False, seed=config.seed,

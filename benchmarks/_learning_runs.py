@@ -1,0 +1,310 @@
+"""What benchmarks/grpo_sweep.py and benchmarks/learning.py share.
+
+- The shared start, made once in --work and reused by every run and every later call:
+  the template expert's collect on the training tasks (its journals seed every run's buffer,
+  its samples are the SFT warm start's), the warm start itself, as in benchmarks/curriculum_real.py.
+- Held-apart states of the TRAINING tasks (the sweep's validation set, learning.py's probe set):
+  drawn from template-expert episodes of their own seeds (VALIDATION_FIRST_SEED on), never from
+  the episodes that seed the buffer; any state that is also a buffer seed is dropped.
+- The evaluation tasks' states (learning.py): as the training run's step-wise evaluation draws them.
+- A model evaluated on a set of states at several sampling seeds (one completion per state and
+  seed), saved per seed and read back on a later call; two evaluations of one state set pair by
+  state through mleforge.eval.paired (each state's mean over seeds, then a t-interval over states).
+  The states are drawn with mleforge.eval.stepwise.draw_states and only those with headroom kept
+  (headroom "require": a state whose reference score is already the metric's perfect value can
+  show no improvement); the completions are mleforge.eval.stepwise.run_stepwise's, one call per
+  sampling seed so that each seed is saved (and its completions repeat) on its own.
+- Results appended to a JSON as each piece finishes (`Results`): a key present is never redone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+VALIDATION_FIRST_SEED = 1000  # the held-apart episodes' seeds: far from the runs' collect seeds (0, 1, ...)
+
+
+# --- results, appended as each piece finishes ----------------------------------------------------
+
+
+class Results:
+    """A JSON file of finished pieces ({"done": {key: entry}} plus the benchmark's header), written
+    atomically after each one. A key present was finished by this or an earlier call: skip it."""
+
+    def __init__(self, path: Path, benchmark: str, settings: Mapping[str, Any]):
+        self.path = Path(path)
+        settings = json.loads(json.dumps(settings, default=str))  # as the file holds them
+        self.data: dict[str, Any] = {"benchmark": benchmark, "settings": settings, "done": {}}
+        if self.path.is_file():
+            saved = json.loads(self.path.read_text(encoding="utf-8"))
+            if saved.get("benchmark") != benchmark:
+                raise ValueError(f"{self.path} holds benchmark {saved.get('benchmark')!r}, not {benchmark!r}")
+            if saved.get("settings") != self.data["settings"]:
+                changed = sorted(k for k in set(saved.get("settings", {})) | set(settings)
+                                 if saved.get("settings", {}).get(k) != settings.get(k))
+                raise ValueError(f"{self.path} was made with other settings ({', '.join(changed)}); give the same "
+                                 "ones to continue it, or another --out")
+            self.data = saved
+
+    @property
+    def done(self) -> dict[str, Any]:
+        return self.data["done"]
+
+    def pending(self, keys: Iterable[str]) -> list[str]:
+        return [k for k in keys if k not in self.done]
+
+    def fix(self, key: str, value: Any) -> None:
+        """Set `key` once: a later call that finds another value there (other states drawn, say)
+        is refused, since the entries done were measured on the first."""
+        value = json.loads(json.dumps(value, default=str))
+        if key in self.data and self.data[key] != value:
+            raise ValueError(f"{self.path} was measured with another {key}; continue it with the same --work "
+                             "and settings, or start another --out")
+        self.data[key] = value
+        self.write()
+
+    def record(self, key: str, entry: Any) -> None:
+        self.done[key] = entry
+        self.write()
+
+    def write(self, **top: Any) -> None:
+        from mleforge.utils.atomic import atomic_write
+
+        self.data.update(top)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.path, json.dumps(self.data, indent=1, default=str))
+
+
+def meta(argv: Sequence[str] | None = None) -> dict[str, str]:
+    """RULES.md's meta: the command, the date, the commit, the machine."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                check=False).stdout.strip()
+    except OSError:
+        commit = ""
+    return {"command": " ".join(["python", *(sys.argv if argv is None else ["benchmarks/...", *argv])]),
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit or "unknown",
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"}
+
+
+# --- the paired statistics -------------------------------------------------------------------------
+
+
+def per_state(evaluation: Mapping[str, Any], headroom_only: bool = False) -> dict[str, list[float]]:
+    """{state_id: [reward at each seed]} of an `evaluate` result; headroom_only keeps the states
+    where some record says the state has headroom or does not say (draft and debug states)."""
+    out: dict[str, list[float]] = {}
+    for seed in sorted(evaluation["seeds"], key=int):
+        for record in evaluation["seeds"][seed]:
+            if headroom_only and record.get("headroom") is False:
+                continue
+            out.setdefault(record["state_id"], []).append(float(record["reward"]))
+    return out
+
+
+def compare(start: Mapping[str, Any], after: Mapping[str, Any], metric: str = "mean_reward",
+            headroom_only: bool = False) -> dict[str, Any]:
+    """after - start, paired by state (mleforge.eval.paired), over the states both evaluated."""
+    from mleforge.eval.paired import paired_difference
+
+    a, b = per_state(start, headroom_only), per_state(after, headroom_only)
+    units = sorted(set(a) & set(b))
+    return paired_difference({u: a[u] for u in units}, {u: b[u] for u in units}, metric=metric).to_dict()
+
+
+def ci_text(d: Mapping[str, Any]) -> str:
+    if d.get("diff") is None:
+        return "–"
+    if d.get("ci_low") is None:
+        return f"{d['diff']:+.3f} (n={d['n']})"
+    return f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] (n={d['n']}, +{d['up']}/-{d['down']})"
+
+
+# --- the shared start --------------------------------------------------------------------------------
+
+
+@dataclass
+class Shared:
+    plan: Any  # mleforge.train.plan.Plan of the base config
+    executor: Any
+    sft: str  # every run's warm_start
+    journals: str  # every run's seed journals
+    start_spec: str  # the model GRPO starts from
+    registry: Any
+
+
+def curriculum_real() -> Any:
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.append(str(ROOT / "benchmarks"))
+    import curriculum_real as module
+
+    return module
+
+
+def shared_start(base: Any, args: Any, work: Path, registry: Any, progress: bool) -> Shared:
+    """Preflight, task preparation, the cached executor, the collect and the warm start (once)."""
+    from mleforge.tasks.preparation import prepare
+    from mleforge.train import recipe
+
+    plan = recipe.preflight(base, registry)
+    for task in (*plan.tasks, *plan.eval_tasks):
+        prepare(task)
+    real = curriculum_real()
+    executor = real.shared_executor(base, work)
+    try:
+        sft, journals, spec = real.warm_start(args, plan, work, registry, executor, progress)
+    except BaseException:
+        executor.close()
+        raise
+    return Shared(plan, executor, sft, journals, spec, registry)
+
+
+def train_states_ids(plan: Any, journals: str) -> set[str]:
+    """The ids of the buffer's seed states: every state along the seed journals."""
+    from mleforge.curriculum.seeds import journal_states
+    from mleforge.expert.episodes import load_journals
+
+    ids = [t.id for t in plan.tasks]
+    return {s.state_id for j in load_journals(journals, ids) for s in journal_states(j)}
+
+
+def held_apart_states(shared: Shared, work: Path, n: int, seed: int, progress: bool) -> tuple[list[Any], int]:
+    """`n` states of the training tasks from expert episodes of their own (made once in
+    <work>/held-apart), none of them a buffer seed; and how many candidates were dropped as seeds."""
+    from mleforge.eval.stepwise import draw_states
+    from mleforge.expert.collect import CollectConfig, collect_samples
+
+    plan = shared.plan
+    steps = plan.config.collect.steps
+    episodes = episodes_for(n, len(plan.tasks), steps)  # dropping buffer seeds still leaves n
+    config = CollectConfig(tasks=",".join(t.id for t in plan.tasks), episodes=episodes, steps=steps,
+                           embedder="tfidf", first_seed=VALIDATION_FIRST_SEED + seed)
+    collected = collect_samples(config, work / "held-apart", registry=shared.registry, executor=shared.executor,
+                                progress=progress)
+    candidates = draw_states(list(plan.tasks), n_states=10 * n, seed=seed, journals=collected.journals_dir,
+                             stages=plan.config.seed_stages, headroom="require", reward_config=plan.config.reward).states
+    seeds = train_states_ids(plan, shared.journals)
+    kept = [s for s in candidates if s.state_id not in seeds]
+    return kept[:n], len(candidates) - len(kept)
+
+
+def eval_task_states(shared: Shared, work: Path, progress: bool) -> list[Any]:
+    """The evaluation tasks' states with headroom, as the run's step-wise evaluation draws them."""
+    from mleforge.eval.stepwise import draw_states
+    from mleforge.runs import STEPWISE_DIR
+    from mleforge.train import recipe
+
+    s = recipe.stage_settings(shared.plan)
+    episodes = episodes_for(s.n_states, len(s.eval_tasks), s.expert_steps)
+    return list(draw_states(list(s.eval_tasks), n_states=s.n_states, seed=s.seed,
+                            work_dir=work / STEPWISE_DIR / "expert", stages=s.stages, headroom="require",
+                            registry=shared.registry, steps=s.expert_steps, episodes=episodes,
+                            executor=shared.executor, progress=progress, reward_config=s.reward).states)
+
+
+def episodes_for(n: int, tasks: int, steps: int) -> int:
+    """Expert episodes per task for about twice `n` candidate states: an episode of `steps`
+    steps holds at most about steps - 1 debug and improve states."""
+    return max(1, math.ceil(2 * n / (max(1, tasks) * max(1, steps - 1))))
+
+
+# --- evaluating a model at several sampling seeds --------------------------------------------------
+
+
+def evaluate(shared: Shared, spec: str, states: Sequence[Any], seeds: Sequence[int], path: Path) -> dict[str, Any]:
+    """One completion per state at each sampling seed, rewarded; saved in `path` after each seed
+    (a seed there is read back, not redone). {"spec", "states": [ids], "seeds": {seed: [records]}}."""
+    from mleforge.eval.stages import make_local_policy
+    from mleforge.eval.stepwise import run_stepwise
+    from mleforge.train import recipe
+    from mleforge.utils.atomic import atomic_write
+
+    ids = [s.state_id for s in states]
+    data: dict[str, Any] = {"spec": spec, "states": ids, "seeds": {}}
+    if path.is_file():
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if saved.get("states") == ids and saved.get("spec") == spec:
+            data = saved
+    todo = [s for s in seeds if str(s) not in data["seeds"]]
+    if not todo:
+        return data
+    settings = recipe.stage_settings(shared.plan)
+    tasks = {t.id: t for t in (*shared.plan.tasks, *shared.plan.eval_tasks)}
+    policy = make_local_policy(spec, settings.policy_options)
+    try:
+        for seed in todo:
+            result = run_stepwise(policy, states, tasks, shared.executor, sampling=settings.sampling, seeds=(seed,),
+                                  prompt_config=settings.prompt, reward_config=settings.reward, policy_name=spec,
+                                  workers=max(1, settings.workers), run_timeout_s=settings.run_timeout_s)
+            data["seeds"][str(seed)] = [r.to_dict() for r in result.records]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, json.dumps(data, indent=1, default=str))
+    finally:
+        policy.close()
+    return data
+
+
+def mean_reward(evaluation: Mapping[str, Any]) -> float | None:
+    rewards = [v for values in per_state(evaluation).values() for v in values]
+    return sum(rewards) / len(rewards) if rewards else None
+
+
+# --- a run's training figures, and the flags both benchmarks take ------------------------------------
+
+
+def frac_no_valid(groups: Mapping[Any, Sequence[str]]) -> float | None:
+    """The fraction of groups (their rollouts' outcomes) with no valid rollout."""
+    return sum("valid" not in outcomes for outcomes in groups.values()) / len(groups) if groups else None
+
+
+def train_figures(run_dir: Path) -> dict[str, Any]:
+    """curriculum_real's run figures, plus the fraction of groups with no valid rollout."""
+    real = curriculum_real()
+    lines = real.read_rollouts(run_dir)
+    groups: dict[tuple[int, int], list[str]] = {}
+    for line in lines:
+        groups.setdefault((line.step, line.group), []).append(line.outcome)
+    return {**real.run_figures(lines), "frac_groups_no_valid": frac_no_valid(groups)}
+
+
+def add_shared_flags(p: Any) -> None:
+    """--work, --model, --tiny, --sft, --journals and the cpu preset's settings both benchmarks take."""
+    p.add_argument("--out", type=Path, required=True, help="the results JSON (appended as each piece finishes)")
+    p.add_argument("--work", required=True, help="the shared warm start, the runs, the evaluations (reused)")
+    p.add_argument("--model", default=None, help="bundled:NAME | hf:PATH (default: the cpu preset's)")
+    p.add_argument("--tiny", action="store_true", help="a tiny random model built here instead of --model "
+                                                       "(its completions are format errors: plumbing only)")
+    p.add_argument("--sft", default="auto", help="auto (made once in --work) | none | PATH of an `mleforge sft` run")
+    p.add_argument("--journals", help="a folder of collected runs to seed every buffer (default: the shared collect)")
+    p.add_argument("--eval-seed", type=int, default=0,
+                   help="the seed of the shared parts: the warm start, the states drawn")
+    for flag, kind, what in (
+        ("--tasks", str, "training tasks: lite | all | ids"), ("--eval-tasks", str, "evaluation tasks"),
+        ("--group-size", int, "rollouts per state (G)"), ("--micro-batch", int, "sequences per forward/backward"),
+        ("--max-new-tokens", int, "completion length cap"), ("--sft-steps", int, "optimizer steps of --sft auto"),
+        ("--sft-max-length", int, "token cap of a warm-start sample"),
+        ("--expert-steps", int, "steps of each template-expert episode"),
+        ("--stepwise-states", int, "states of the evaluation tasks"),
+        ("--executor", str, "auto | local | pool | ray"), ("--generation", str, "auto | trl | vllm | ct2"),
+        ("--engine", str, "the evaluations' generation engine: auto | transformers | ct2"),
+        ("--threads", int, "torch CPU threads"),
+    ):
+        p.add_argument(flag, type=kind, default=None, help=f"{what} (default: the cpu preset's)")
+
+
+def base_config(args: Any, work: Path) -> Any:
+    """curriculum_real's base config of these flags (`steps`, `groups_per_step` left to each run)."""
+    args.steps = getattr(args, "steps", None)
+    args.groups_per_step = None
+    return curriculum_real().base_config(args, work)

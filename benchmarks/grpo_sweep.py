@@ -1,0 +1,242 @@
+"""GRPO's settings, measured: from one shared warm start, each setting changed alone, scored on
+held-apart states of the TRAINING tasks (a validation set), paired against the warm start.
+
+    python benchmarks/grpo_sweep.py --tiny --tasks titanic --eval-tasks diabetes --groups 4 --group-size 2 \\
+        --expert-steps 3 --sft-steps 1 --val-states 2 --val-seeds 1 --configs base,groups/step=4 \\
+        --work bench-out/sweep-tiny --out bench-out/sweep-tiny.json            # plumbing, minutes
+    python benchmarks/grpo_sweep.py --groups 16 --val-states 16 --val-seeds 4 \\
+        --work bench-out/sweep --out bench-out/sweep.json                      # the bundled Qwen, hours
+
+One at a time around a base, not a grid: the base is the cpu preset (lr 5e-5, 1 group per
+optimizer step, no warm-up, scale_rewards group, beta 0, invalid_groups standardize) and each
+configuration changes one setting (CONFIGS): 10 runs, where the full grid of these levels is
+216, beyond what a 2-core machine does in days. It measures each setting's effect at the base,
+not their interactions; a second sweep around the chosen values checks them together.
+
+Every configuration spends the same rollouts: `--groups` groups of `--group-size` (steps =
+groups / groups per step, so "groups/step=4" takes a quarter of the base's optimizer steps, each
+on four groups' gradient). Same warm start, same seed journals, same training seed.
+
+Scored on a validation set: `--val-states` states of the training tasks, drawn from template-
+expert episodes of their own seeds (never the evaluation tasks; none of them a state the buffer
+is seeded with), each evaluated at `--val-seeds` sampling seeds. Per configuration: its final
+model's reward there, paired by state against the warm start (after - start, mean, SE, 95% CI;
+mleforge.eval.paired) and against the base configuration's final model (config - base), over
+all states and over those with headroom; a change's verdict is "better" or "worse" only where
+that CI of config - base excludes 0, else "unresolved" (keep the base's value). What it does not measure: training-seed variance (one
+training seed per configuration; learning.py measures it for the chosen settings).
+
+Resumable: each configuration's entry is appended to --out when it finishes and skipped when
+present; a run cut short is continued by the trainer's own resume; evaluations are kept per
+sampling seed in <work>/evals/. `--configs` runs a subset (a later call does the rest).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does, before torch loads
+
+import argparse
+import gc
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _learning_runs as shared_runs  # noqa: E402
+
+# (name, TrainConfig changes from the base): one setting at a time.
+CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("base", {}),
+    ("lr=5e-6", {"lr": 5e-6}),
+    ("lr=1e-5", {"lr": 1e-5}),
+    ("groups/step=4", {"groups_per_step": 4}),
+    ("warmup=0.25", {"warmup": 0.25, "lr_scheduler": "constant_with_warmup"}),
+    ("scale=batch", {"scale_rewards": "batch"}),
+    ("scale=none", {"scale_rewards": "none"}),
+    ("beta=0.04", {"beta": 0.04}),
+    ("invalid=zero", {"invalid_groups": "zero"}),
+    ("invalid=raw", {"invalid_groups": "raw"}),
+)
+START = "start"  # the warm start's validation evaluation
+
+
+def selected(names: str | None) -> list[tuple[str, dict[str, Any]]]:
+    """The configurations named (comma-separated; None: all), in CONFIGS' order."""
+    known = dict(CONFIGS)
+    if names is None:
+        return list(CONFIGS)
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        raise SystemExit(f"error: --configs: unknown {', '.join(unknown)}; known: {', '.join(known)}")
+    return [(n, c) for n, c in CONFIGS if n in wanted]
+
+
+def steps_for(groups: int, changes: Mapping[str, Any]) -> int:
+    """Optimizer steps of a configuration that spends `groups` groups."""
+    per_step = int(changes.get("groups_per_step", 1))
+    if groups % per_step:
+        raise SystemExit(f"error: --groups {groups} is not a multiple of {per_step} groups per step: the "
+                         "configurations would not spend the same rollouts")
+    return groups // per_step
+
+
+def entry_of(name: str, changes: Mapping[str, Any], steps: int, start: Mapping[str, Any], after: Mapping[str, Any],
+             base_after: Mapping[str, Any] | None, figures: Mapping[str, Any], wall: float) -> dict[str, Any]:
+    """One configuration's record: its changes, its paired differences, its training figures."""
+    vs_base = None if base_after is None else {
+        "all": shared_runs.compare(base_after, after), "headroom": shared_runs.compare(base_after, after,
+                                                                                      headroom_only=True)}
+    return {"config": name, "changes": dict(changes), "steps": steps,
+            "groups_per_step": int(changes.get("groups_per_step", 1)),
+            "val_mean_reward": shared_runs.mean_reward(after),
+            "vs_start": {"all": shared_runs.compare(start, after),
+                         "headroom": shared_runs.compare(start, after, headroom_only=True)},
+            "vs_base": vs_base, "train": dict(figures), "wall_s": round(wall, 1)}
+
+
+def fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def verdict(vs_base: Mapping[str, Any] | None) -> str:
+    """What the validation set says of a change against the base: better or worse where the
+    paired 95% CI of config - base lies above or below 0, else unresolved (keep the base)."""
+    if vs_base is None or vs_base.get("ci_low") is None:
+        return "unresolved"
+    if vs_base["ci_low"] > 0:
+        return "better"
+    return "worse" if vs_base["ci_high"] < 0 else "unresolved"
+
+
+def table(results: Mapping[str, Any]) -> dict[str, Any]:
+    """RULES.md's table of the configurations finished."""
+    columns = ["config", "steps x groups", "val reward", "after - start [95% CI]", "config - base [95% CI]",
+               "verdict", "train reward/rollout", "groups no valid"]
+    rows = []
+    for name, _ in CONFIGS:
+        e = results.get(name)
+        if e is None:
+            continue
+        rows.append([name, f"{e['steps']} x {e['groups_per_step']}", fmt(e["val_mean_reward"]),
+                     shared_runs.ci_text(e["vs_start"]["all"]),
+                     "–" if e["vs_base"] is None else shared_runs.ci_text(e["vs_base"]["all"]),
+                     "base" if name == "base" else verdict(e["vs_base"] and e["vs_base"]["all"]),
+                     fmt(e["train"].get("reward_per_rollout")), fmt(e["train"].get("frac_groups_no_valid"))])
+    return {"title": "GRPO settings one at a time around the cpu preset, on held-apart states of the training tasks "
+                     "(paired by state; mean [95% CI] (n states, +up/-down))", "columns": columns, "rows": rows}
+
+
+def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool = True) -> dict[str, Any]:
+    from mleforge.cli.output import err_console
+    from mleforge.tasks.registry import TaskRegistry
+    from mleforge.train.config import TrainConfig
+
+    registry = registry or TaskRegistry()
+    configs = selected(args.configs)
+    steps = {name: steps_for(args.groups, changes) for name, changes in configs}
+    work = Path(args.work).expanduser().resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    base = shared_runs.base_config(args, work)
+    for name, changes in configs:  # every configuration's settings checked before hours of runs
+        TrainConfig.from_dict({**base.to_dict(), **changes, "steps": steps[name]})
+    results = shared_runs.Results(args.out, "grpo_sweep", {
+        "base": base.to_dict(), "groups": args.groups, "val_states": args.val_states, "val_seeds": args.val_seeds,
+        "train_seed": args.train_seed, "journals": args.journals})
+    started = time.perf_counter()
+    shared = shared_runs.shared_start(base, args, work, registry, progress)
+    try:
+        states, dropped = shared_runs.held_apart_states(shared, work, args.val_states, args.eval_seed, progress)
+        seeds = list(range(args.val_seeds))
+        results.fix("validation_states", [s.state_id for s in states])
+        start = shared_runs.evaluate(shared, shared.start_spec, states, seeds, work / "evals" / f"{START}.json")
+        results.write(validation={"states": [s.state_id for s in states], "dropped_as_buffer_seeds": dropped,
+                                  "seeds": seeds, "start_mean_reward": shared_runs.mean_reward(start)})
+        todo = results.pending(name for name, _ in configs)
+        for i, name in enumerate(todo):
+            if progress:
+                err_console.print(f"[bold][{i + 1}/{len(todo)}] {name}[/]  ({steps[name]} steps; elapsed "
+                                  f"{time.perf_counter() - started:.0f} s)", highlight=False)
+            changes = dict(CONFIGS)[name]
+            run_started = time.perf_counter()
+            folder = work / "runs" / name.replace("/", "-per-")
+            config = base.replace(seed=args.train_seed, warm_start=shared.sft, journals=shared.journals,
+                                  stepwise={"enabled": False}, steps=steps[name], **changes)
+            result = shared_runs.curriculum_real().train_one(config, folder, registry, progress)
+            gc.collect()
+            after = shared_runs.evaluate(shared, f"hf:{result.final_model}", states, seeds,
+                                         work / "evals" / f"{folder.name}.json")
+            base_after = after if name == "base" else _base_after(work, states, seeds)
+            results.record(name, entry_of(name, changes, steps[name], start, after, base_after,
+                                          shared_runs.train_figures(folder), time.perf_counter() - run_started))
+            gc.collect()
+        fill_vs_base(results, work, states, seeds)
+    finally:
+        shared.executor.close()
+    results.write(meta=shared_runs.meta(), table=table(results.done))
+    return results.data
+
+
+def fill_vs_base(results: Any, work: Path, states: list[Any], seeds: list[int]) -> None:
+    """config - base for the entries finished before the base was (a --configs subset)."""
+    import json
+
+    base_after = _base_after(work, states, seeds)
+    for name, entry in results.done.items():
+        path = work / "evals" / f"{name.replace('/', '-per-')}.json"
+        if entry.get("vs_base") is None and base_after is not None and path.is_file():
+            after = json.loads(path.read_text(encoding="utf-8"))
+            entry["vs_base"] = {"all": shared_runs.compare(base_after, after),
+                                "headroom": shared_runs.compare(base_after, after, headroom_only=True)}
+            results.record(name, entry)
+
+
+def _base_after(work: Path, states: list[Any], seeds: list[int]) -> dict[str, Any] | None:
+    """The base configuration's validation evaluation, where it is finished (else None)."""
+    import json
+
+    path = work / "evals" / "base.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    ok = data.get("states") == [s.state_id for s in states] and all(str(s) in data["seeds"] for s in seeds)
+    return data if ok else None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    shared_runs.add_shared_flags(p)
+    p.add_argument("--groups", type=int, default=16, help="groups every configuration trains on (its rollouts: "
+                                                          "groups x group size); a multiple of 4")
+    p.add_argument("--val-states", type=int, default=16, help="held-apart states of the training tasks")
+    p.add_argument("--val-seeds", type=int, default=4, help="sampling seeds per validation state")
+    p.add_argument("--train-seed", type=int, default=0, help="every configuration's training seed")
+    p.add_argument("--configs", help=f"a subset to run now (comma-separated; default all): "
+                                     f"{', '.join(n for n, _ in CONFIGS)}")
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from mleforge.cli.output import print_table
+    from mleforge.errors import MleforgeError
+
+    args = build_parser().parse_args(argv)
+    try:
+        data = run_sweep(args)
+    except (MleforgeError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    t = data["table"]
+    print_table(t["title"], t["columns"], t["rows"])
+    v = data["validation"]
+    print(f"validation: {len(v['states'])} states x {len(v['seeds'])} seeds (warm start's mean reward "
+          f"{v['start_mean_reward']}); {v['dropped_as_buffer_seeds']} candidates dropped as buffer seeds")
+    print(f"wrote {args.out}")
+    return data
+
+
+if __name__ == "__main__":
+    main()

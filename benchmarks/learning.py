@@ -1,0 +1,280 @@
+"""Does GRPO learn? The warm start against the warm start plus N GRPO steps, seed by seed, with a
+null control, on tasks the runs do not train on.
+
+    python benchmarks/learning.py --tiny --tasks titanic --eval-tasks diabetes --steps 2 --evals 2 --seeds 1 \\
+        --group-size 2 --expert-steps 3 --sft-steps 1 --stepwise-states 2 --probe-states 2 --eval-seeds 1 \\
+        --work bench-out/learning-tiny --out bench-out/learning-tiny.json      # plumbing, minutes
+    python benchmarks/learning.py --steps 32 --evals 4 --seeds 3 --eval-seeds 4 --stepwise-states 24 \\
+        --probe-states 16 --work bench-out/learning --out bench-out/learning.json  # the bundled Qwen, hours
+
+For each training seed, two `mleforge train` runs (the cpu preset, the flags given here on top)
+from one shared warm start (made once in --work, as benchmarks/curriculum_real.py makes it):
+
+    grpo   N GRPO steps
+    null   the same, with each group's rewards permuted before the advantages (TrainConfig.
+           shuffle_rewards): every update has GRPO's size and noise and no link between a
+           completion and its reward. Not lr 0: at lr 0 the weights do not move and the paired
+           difference is 0 by construction, which says nothing of what moving them does; the
+           shuffled null is what a "GRPO learned" effect must beat.
+
+Every `--steps / --evals` steps a checkpoint is kept and evaluated (the last is the final model):
+
+    eval    the evaluation tasks' states (`--eval-tasks`, never trained on; drawn as the training
+            run's step-wise evaluation draws them), one completion each at `--eval-seeds`
+            sampling seeds: after - start, paired by state (mleforge.eval.paired: each state's
+            mean over seeds, then a t-interval over states), over all states and over those
+            with headroom
+    probe   a fixed probe set of TRAINING-task states held apart from the buffer's seeds
+            (`--probe-states`), the same way: the training reward, off the states trained on
+
+The goal figure: the paired 95% CI of (after GRPO - warm start) on the evaluation tasks at the
+last checkpoint. Over seeds it is reported twice: pooled (each state's values over every seed
+and sampling seed: the evaluation's noise) and over training seeds (each seed's mean
+difference, a t-interval with seeds - 1 degrees of freedom: the training's noise too); and
+grpo - null, paired by state.
+
+Resumable per seed: a seed's entry is appended to --out when both its runs are evaluated, and
+skipped when present; a later call with more --seeds adds seeds; runs and evaluations cut short
+continue from <work>. JSON to --out (with RULES.md's meta and table), a table, and a plot
+(<out>.png) where matplotlib is installed.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does, before torch loads
+
+import argparse
+import gc
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _learning_runs as shared_runs  # noqa: E402
+
+ARMS = ("grpo", "null")
+SETTINGS = ("lr", "lr_scheduler", "warmup", "groups_per_step", "scale_rewards", "beta", "invalid_groups")
+
+
+def checkpoint_steps(steps: int, evals: int) -> list[int]:
+    """The steps evaluated: every steps / evals, the last the run's end."""
+    if evals < 1 or steps % evals:
+        raise SystemExit(f"error: --steps {steps} must be a multiple of --evals {evals}")
+    return [steps // evals * k for k in range(1, evals + 1)]
+
+
+def run_config(base: Any, shared: Any, args: argparse.Namespace, seed: int, arm: str) -> Any:
+    """One arm's TrainConfig: its checkpoints kept at every evaluated step."""
+    interval = args.steps // args.evals
+    changes = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}
+    retain = max(base.buffer.retain_evicted_steps, interval)
+    return base.replace(seed=seed, warm_start=shared.sft, journals=shared.journals, stepwise={"enabled": False},
+                        steps=args.steps, save_steps=interval, save_total_limit=max(2, args.evals + 1),
+                        buffer={"retain_evicted_steps": retain}, shuffle_rewards=arm == "null", **changes)
+
+
+def checkpoint_spec(run_dir: Path, step: int, last: int, final_model: str) -> str:
+    return f"hf:{final_model}" if step == last else f"hf:{run_dir / 'checkpoints' / f'checkpoint-{step}'}"
+
+
+def arm_entry(shared: Any, folder: Path, result: Any, steps: Sequence[int], sets: Mapping[str, Any],
+              starts: Mapping[str, Any], eval_seeds: Sequence[int], work: Path) -> dict[str, Any]:
+    """One run's checkpoints evaluated on both state sets, paired against the warm start."""
+    out: dict[str, Any] = {"train": shared_runs.train_figures(folder), "checkpoints": {}}
+    for step in steps:
+        spec = checkpoint_spec(folder, step, steps[-1], result.final_model)
+        point: dict[str, Any] = {}
+        for name, states in sets.items():
+            after = shared_runs.evaluate(shared, spec, states, eval_seeds, work / "evals" / f"{folder.name}-{step}-{name}.json")
+            point[name] = {"mean_reward": shared_runs.mean_reward(after), "per_state": shared_runs.per_state(after),
+                           "vs_start": shared_runs.compare(starts[name], after),
+                           "vs_start_headroom": shared_runs.compare(starts[name], after, headroom_only=True)}
+        out["checkpoints"][str(step)] = point
+        gc.collect()
+    return out
+
+
+# --- over seeds --------------------------------------------------------------------------------------
+
+
+def pooled(start: Mapping[str, Sequence[float]], afters: Sequence[Mapping[str, Sequence[float]]]) -> dict[str, Any]:
+    """after - start paired by state, each state's after values pooled over the seeds' runs."""
+    from mleforge.eval.paired import paired_difference
+
+    units = sorted(set(start).intersection(*afters)) if afters else []
+    b = {u: [v for after in afters for v in after[u]] for u in units}
+    return paired_difference({u: start[u] for u in units}, b).to_dict()
+
+
+def over_seeds(diffs: Mapping[str, float | None]) -> dict[str, Any]:
+    """The seeds' mean differences as units: their mean and a t-interval over seeds."""
+    from mleforge.eval.paired import paired_difference
+
+    kept = {s: d for s, d in diffs.items() if d is not None}
+    return paired_difference({s: [0.0] for s in kept}, {s: [d] for s, d in kept.items()}).to_dict()
+
+
+def summarize(done: Mapping[str, Any], start: Mapping[str, Mapping[str, Sequence[float]]]) -> dict[str, Any]:
+    """Per arm, checkpoint and state set: pooled and over-seeds differences; grpo - null by state."""
+    from mleforge.eval.paired import paired_difference
+
+    seeds = sorted(done, key=lambda k: int(k.removeprefix("seed")))
+    out: dict[str, Any] = {"seeds": seeds, "arms": {}, "grpo_minus_null": {}}
+    if not seeds:
+        return out
+    steps = list(done[seeds[0]]["arms"]["grpo"]["checkpoints"])
+    for arm in ARMS:
+        out["arms"][arm] = {}
+        for step in steps:
+            points = [done[s]["arms"][arm]["checkpoints"][step] for s in seeds]
+            out["arms"][arm][step] = {name: {
+                "pooled": pooled(start[name], [p[name]["per_state"] for p in points]),
+                "over_seeds": over_seeds({s: p[name]["vs_start"]["diff"] for s, p in zip(seeds, points)}),
+                "mean_reward": [p[name]["mean_reward"] for p in points]} for name in start}
+    last = steps[-1]
+    for name in start:
+        grpo = [done[s]["arms"]["grpo"]["checkpoints"][last][name]["per_state"] for s in seeds]
+        null = [done[s]["arms"]["null"]["checkpoints"][last][name]["per_state"] for s in seeds]
+        units = sorted(set.intersection(*(set(x) for x in grpo + null)))
+        out["grpo_minus_null"][name] = paired_difference(
+            {u: [v for x in null for v in x[u]] for u in units}, {u: [v for x in grpo for v in x[u]] for u in units},
+            metric="mean_reward").to_dict()
+    return out
+
+
+def table(summary: Mapping[str, Any]) -> dict[str, Any]:
+    columns = ["arm", "step", "eval: after - start, pooled [95% CI]", "eval: over seeds [95% CI]",
+               "probe: after - start, pooled [95% CI]"]
+    rows = []
+    for arm, points in summary["arms"].items():
+        for step, p in points.items():
+            rows.append([arm, step, shared_runs.ci_text(p["eval"]["pooled"]), shared_runs.ci_text(p["eval"]["over_seeds"]),
+                         shared_runs.ci_text(p["probe"]["pooled"])])
+    for name, d in summary["grpo_minus_null"].items():
+        rows.append(["grpo - null", "last", shared_runs.ci_text(d) if name == "eval" else "", "",
+                     shared_runs.ci_text(d) if name == "probe" else ""])
+    return {"title": f"warm start + GRPO against the warm start, {len(summary['seeds'])} seeds; paired by state "
+                     "(mean [95% CI] (n, +up/-down)); null: rewards shuffled within groups",
+            "columns": columns, "rows": rows}
+
+
+def plot(summary: Mapping[str, Any], path: Path) -> str | None:
+    """after - start on the evaluation tasks by step, per arm, with 95% CIs, as a PNG; None where
+    matplotlib is not installed."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    figure = Figure(figsize=(6, 3.5), layout="constrained")
+    ax = figure.add_subplot()
+    for offset, (arm, points) in zip((-0.15, 0.15), summary["arms"].items()):
+        xs, ys, lows, highs = [0.0], [0.0], [0.0], [0.0]
+        for step, p in points.items():
+            d = p["eval"]["pooled"]
+            if d["diff"] is not None:
+                low = d["diff"] if d["ci_low"] is None else d["ci_low"]  # no interval from one state
+                high = d["diff"] if d["ci_high"] is None else d["ci_high"]
+                xs.append(int(step) + offset)
+                ys.append(d["diff"])
+                lows.append(d["diff"] - low)
+                highs.append(high - d["diff"])
+        ax.errorbar(xs, ys, yerr=[lows, highs], marker="o", capsize=3, label=arm)
+    ax.axhline(0.0, color="#57606a", linewidth=0.8)
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("eval reward: after - warm start")
+    ax.legend()
+    figure.savefig(path, dpi=120)
+    return str(path)
+
+
+# --- the benchmark -----------------------------------------------------------------------------------
+
+
+def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bool = True) -> dict[str, Any]:
+    from mleforge.cli.output import err_console
+    from mleforge.tasks.registry import TaskRegistry
+
+    registry = registry or TaskRegistry()
+    steps = checkpoint_steps(args.steps, args.evals)
+    work = Path(args.work).expanduser().resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    base = shared_runs.base_config(args, work)
+    results = shared_runs.Results(args.out, "learning", {
+        "base": base.to_dict(), "steps": args.steps, "evals": args.evals, "eval_seeds": args.eval_seeds,
+        "probe_states": args.probe_states, "settings": {k: getattr(args, k) for k in SETTINGS},
+        "journals": args.journals})
+    started = time.perf_counter()
+    shared = shared_runs.shared_start(base, args, work, registry, progress)
+    try:
+        probe, dropped = shared_runs.held_apart_states(shared, work, args.probe_states, args.eval_seed, progress)
+        sets = {"eval": shared_runs.eval_task_states(shared, work, progress), "probe": probe}
+        if not sets["eval"]:
+            raise ValueError("no evaluation states: name --eval-tasks the runs do not train on")
+        eval_seeds = list(range(args.eval_seeds))
+        results.fix("state_ids", {name: [s.state_id for s in states] for name, states in sets.items()})
+        starts = {name: shared_runs.evaluate(shared, shared.start_spec, states, eval_seeds,
+                                             work / "evals" / f"start-{name}.json") for name, states in sets.items()}
+        results.write(states={name: [s.state_id for s in states] for name, states in sets.items()},
+                      probe_dropped_as_buffer_seeds=dropped, eval_seeds=eval_seeds,
+                      start={name: {"mean_reward": shared_runs.mean_reward(e), "per_state": shared_runs.per_state(e)}
+                             for name, e in starts.items()})
+        todo = results.pending(f"seed{s}" for s in range(args.first_seed, args.first_seed + args.seeds))
+        for i, key in enumerate(todo):
+            seed = int(key.removeprefix("seed"))
+            entry: dict[str, Any] = {"seed": seed, "arms": {}}
+            for arm in ARMS:
+                if progress:
+                    err_console.print(f"[bold][{i + 1}/{len(todo)}] {arm} seed {seed}[/]  ({args.steps} steps; "
+                                      f"elapsed {time.perf_counter() - started:.0f} s)", highlight=False)
+                folder = work / "runs" / f"{arm}-seed{seed}"
+                config = run_config(base, shared, args, seed, arm)
+                result = shared_runs.curriculum_real().train_one(config, folder, registry, progress)
+                gc.collect()
+                entry["arms"][arm] = arm_entry(shared, folder, result, steps, sets, starts, eval_seeds, work)
+            results.record(key, entry)
+    finally:
+        shared.executor.close()
+    summary = summarize(results.done, {name: results.data["start"][name]["per_state"] for name in ("eval", "probe")})
+    picture = plot(summary, args.out.with_suffix(".png"))
+    results.write(meta=shared_runs.meta(), summary=summary, table=table(summary), plot=picture)
+    return results.data
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    shared_runs.add_shared_flags(p)
+    p.add_argument("--steps", type=int, default=32, help="GRPO steps per run")
+    p.add_argument("--evals", type=int, default=4, help="checkpoints evaluated (every steps / evals steps)")
+    p.add_argument("--seeds", type=int, default=3, help="training seeds (each: a grpo and a null run)")
+    p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument("--eval-seeds", type=int, default=4, help="sampling seeds per evaluated state")
+    p.add_argument("--probe-states", type=int, default=16, help="held-apart states of the training tasks")
+    for name, kind in (("lr", float), ("lr_scheduler", str), ("warmup", float), ("groups_per_step", int),
+                       ("scale_rewards", str), ("beta", float), ("invalid_groups", str)):
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None,
+                       help=f"GRPO's {name} (default: the cpu preset's; the sweep's choice until it is the preset's)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from mleforge.cli.output import print_table
+    from mleforge.errors import MleforgeError
+
+    args = build_parser().parse_args(argv)
+    try:
+        data = run_learning(args)
+    except (MleforgeError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    t = data["table"]
+    print_table(t["title"], t["columns"], t["rows"])
+    print(f"plot: {data['plot'] or 'not drawn (matplotlib is not installed)'}")
+    print(f"wrote {args.out}")
+    return data
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""benchmarks/grpo_sweep.py and benchmarks/learning.py: their resume bookkeeping, their paired
+figures by hand, and the shape of their JSON (the runs themselves are hours: see docs/guide/learning.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from tests.benchmark_module import load_benchmark
+
+sweep = load_benchmark("grpo_sweep")
+learning = load_benchmark("learning")
+runs = sweep.shared_runs
+
+
+def evaluation(rewards: dict[str, list[float]], headroom: dict[str, bool] | None = None) -> dict:
+    """An `evaluate` result: {state: [reward at seed 0, at seed 1, ...]}."""
+    seeds = len(next(iter(rewards.values())))
+    return {"spec": "x", "states": list(rewards), "seeds": {
+        str(k): [{"state_id": s, "reward": r[k], "headroom": (headroom or {}).get(s)} for s, r in rewards.items()]
+        for k in range(seeds)}}
+
+
+START = evaluation({"a": [0.5, 0.5], "b": [-0.3, -0.1], "c": [0.6, 0.4]}, headroom={"c": False})
+AFTER = evaluation({"a": [0.7, 0.5], "b": [0.1, 0.3], "c": [0.5, 0.5]}, headroom={"c": False})
+
+
+def test_results_are_appended_as_each_finishes_and_a_later_call_skips_them(tmp_path):
+    path = tmp_path / "out.json"
+    first = runs.Results(path, "grpo_sweep", {"groups": 4})
+    assert first.pending(["base", "lr=1e-5"]) == ["base", "lr=1e-5"]
+    first.record("base", {"val_mean_reward": 0.25})
+    again = runs.Results(path, "grpo_sweep", {"groups": 4})  # a later call: the file read back
+    assert again.pending(["base", "lr=1e-5"]) == ["lr=1e-5"]
+    assert json.loads(path.read_text())["done"] == {"base": {"val_mean_reward": 0.25}}
+    with pytest.raises(ValueError, match=r"other settings \(groups\)"):
+        runs.Results(path, "grpo_sweep", {"groups": 8})
+    with pytest.raises(ValueError, match="holds benchmark 'grpo_sweep', not 'learning'"):
+        runs.Results(path, "learning", {"groups": 4})
+    again.fix("validation_states", ["s1", "s2"])
+    runs.Results(path, "grpo_sweep", {"groups": 4}).fix("validation_states", ["s1", "s2"])  # the same: fine
+    with pytest.raises(ValueError, match="another validation_states"):
+        runs.Results(path, "grpo_sweep", {"groups": 4}).fix("validation_states", ["s1", "s3"])
+
+
+def test_after_minus_start_is_paired_by_state_over_seed_means():
+    # state means: start a 0.5, b -0.2, c 0.5; after a 0.6, b 0.2, c 0.5 -> d = 0.1, 0.4, 0.0
+    # mean 0.5 / 3 = 0.16667; sd: deviations -0.06667, 0.23333, -0.16667 -> var (0.004444 + 0.054444
+    # + 0.027778) / 2 = 0.043333, sd 0.208167, se 0.120185; t(0.975, 2) = 4.302653
+    d = runs.compare(START, AFTER)
+    assert (d["n"], d["up"], d["down"], d["tied"]) == (3, 2, 0, 1)
+    assert d["diff"] == pytest.approx(1 / 6) and d["se"] == pytest.approx(0.120185, abs=1e-6)
+    assert d["ci_low"] == pytest.approx(1 / 6 - 4.302653 * 0.120185, abs=1e-5)
+    room = runs.compare(START, AFTER, headroom_only=True)  # c has none: a and b, d = 0.1, 0.4
+    assert (room["n"], room["diff"]) == (2, pytest.approx(0.25))
+    assert runs.mean_reward(START) == pytest.approx((1.0 - 0.4 + 1.0) / 6)
+    assert runs.ci_text(d).startswith("+0.167 [") and runs.ci_text({"diff": None}) == "–"
+
+
+def test_groups_with_no_valid_rollout_are_counted():
+    assert runs.frac_no_valid({(0, 0): ["valid", "format_error"], (0, 1): ["execution_error", "timeout"]}) == 0.5
+    assert runs.frac_no_valid({}) is None
+
+
+def test_the_sweep_spends_equal_rollouts_and_refuses_unknown_configurations():
+    assert sweep.steps_for(16, {}) == 16 and sweep.steps_for(16, {"groups_per_step": 4}) == 4
+    with pytest.raises(SystemExit, match="not a multiple of 4"):
+        sweep.steps_for(6, {"groups_per_step": 4})
+    assert [n for n, _ in sweep.selected("invalid=raw,base")] == ["base", "invalid=raw"]
+    with pytest.raises(SystemExit, match="unknown lr=1"):
+        sweep.selected("lr=1")
+    assert len(sweep.CONFIGS) == 10 and sweep.CONFIGS[0] == ("base", {})
+
+
+def test_every_sweep_configuration_is_a_valid_train_config():
+    from mleforge.train.config import TrainConfig
+
+    for name, changes in sweep.CONFIGS:
+        config = TrainConfig(**changes, steps=sweep.steps_for(16, changes))
+        assert config.groups_per_step * config.steps == 16, name
+
+
+def test_a_sweep_entry_and_its_table_row():
+    figures = {"reward_per_rollout": -0.2, "frac_groups_no_valid": 0.75}
+    entry = sweep.entry_of("lr=1e-5", {"lr": 1e-5}, 16, START, AFTER, START, figures, 12.34)
+    assert entry["vs_start"]["all"] == entry["vs_base"]["all"] == runs.compare(START, AFTER)
+    assert (entry["steps"], entry["groups_per_step"], entry["wall_s"]) == (16, 1, 12.3)
+    t = sweep.table({"lr=1e-5": entry})
+    assert len(t["columns"]) == len(t["rows"][0]) == 8
+    assert t["rows"][0][5] == "unresolved"  # the CI of +0.167 over 3 states covers 0
+    assert t["rows"][0][:3] == ["lr=1e-5", "16 x 1", f"{runs.mean_reward(AFTER):.3f}"]
+    assert t["rows"][0][-1] == "0.750"
+    assert json.loads(json.dumps(entry)) == entry  # what --out holds
+
+
+def test_learning_checkpoints_and_its_runs_config():
+    assert learning.checkpoint_steps(32, 4) == [8, 16, 24, 32]
+    with pytest.raises(SystemExit, match="multiple of --evals"):
+        learning.checkpoint_steps(10, 4)
+    from mleforge.train.config import TrainConfig
+
+    args = SimpleNamespace(steps=16, evals=2, lr=1e-5, lr_scheduler=None, warmup=None, groups_per_step=None,
+                           scale_rewards=None, beta=None, invalid_groups="zero")
+    shared = SimpleNamespace(sft="none", journals="j")
+    null = learning.run_config(TrainConfig(), shared, args, 3, "null")
+    assert (null.seed, null.steps, null.save_steps, null.save_total_limit, null.lr) == (3, 16, 8, 3, 1e-5)
+    assert null.shuffle_rewards and null.invalid_groups == "zero" and null.buffer.retain_evicted_steps == 8
+    assert not learning.run_config(TrainConfig(), shared, args, 3, "grpo").shuffle_rewards
+
+
+def _seed_entry(eval_after: dict[str, list[float]], null_after: dict[str, list[float]]) -> dict:
+    def point(per_state):
+        return {"eval": {"per_state": per_state, "mean_reward": 0.0,
+                         "vs_start": runs.compare(START, evaluation(per_state))},
+                "probe": {"per_state": per_state, "mean_reward": 0.0,
+                          "vs_start": runs.compare(START, evaluation(per_state))}}
+
+    return {"arms": {"grpo": {"checkpoints": {"4": point(eval_after)}},
+                     "null": {"checkpoints": {"4": point(null_after)}}}}
+
+
+def test_learning_pools_seeds_by_state_and_takes_seeds_as_units_over_seeds():
+    start = runs.per_state(START)  # a [0.5, 0.5], b [-0.3, -0.1], c [0.6, 0.4]
+    done = {"seed0": _seed_entry({"a": [0.7], "b": [0.1], "c": [0.5]}, {"a": [0.5], "b": [-0.2], "c": [0.5]}),
+            "seed1": _seed_entry({"a": [0.5], "b": [0.3], "c": [0.5]}, {"a": [0.5], "b": [-0.2], "c": [0.5]})}
+    summary = learning.summarize(done, {"eval": start, "probe": start})
+    grpo = summary["arms"]["grpo"]["4"]["eval"]
+    # pooled: after means a 0.6, b 0.2, c 0.5: d = 0.1, 0.4, 0.0, as in the paired test above
+    assert grpo["pooled"]["diff"] == pytest.approx(1 / 6) and grpo["pooled"]["n"] == 3
+    # over seeds: seed0's diff (0.2 + 0.3 + 0.0) / 3 = 0.16667, seed1's (0 + 0.5 + 0) / 3 = 0.16667
+    assert grpo["over_seeds"]["diff"] == pytest.approx(1 / 6) and grpo["over_seeds"]["n"] == 2
+    assert grpo["over_seeds"]["se"] == pytest.approx(0.0, abs=1e-12)
+    # grpo - null by state: null a 0.5, b -0.2, c 0.5 -> 0.1, 0.4, 0.0
+    assert summary["grpo_minus_null"]["eval"]["diff"] == pytest.approx(1 / 6)
+    t = learning.table(summary)
+    assert [r[:2] for r in t["rows"]] == [["grpo", "4"], ["null", "4"], ["grpo - null", "last"], ["grpo - null", "last"]]
+    assert all(len(r) == len(t["columns"]) for r in t["rows"])
+    assert learning.summarize({}, {"eval": start})["arms"] == {}
+
+
+def test_the_plot_is_drawn_where_matplotlib_is_installed(tmp_path):
+    start = runs.per_state(START)
+    done = {"seed0": _seed_entry({"a": [0.7], "b": [0.1], "c": [0.5]}, {"a": [0.5], "b": [-0.2], "c": [0.5]})}
+    summary = learning.summarize(done, {"eval": start, "probe": start})
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert learning.plot(summary, tmp_path / "p.png") is None
+        return
+    assert learning.plot(summary, tmp_path / "p.png") == str(tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_meta_has_rules_keys():
+    meta = runs.meta(["--out", "x.json"])
+    assert set(meta) == {"command", "date", "commit", "machine"} and not math.isnan(len(meta["commit"]))
+
+
+def test_a_change_is_better_or_worse_only_where_its_interval_against_the_base_excludes_zero():
+    assert sweep.verdict({"ci_low": 0.01, "ci_high": 0.2}) == "better"
+    assert sweep.verdict({"ci_low": -0.3, "ci_high": -0.02}) == "worse"
+    assert sweep.verdict({"ci_low": -0.1, "ci_high": 0.2}) == "unresolved"
+    assert sweep.verdict({"ci_low": None}) == sweep.verdict(None) == "unresolved"
+
+
+def test_enough_expert_episodes_are_made_for_the_states_asked():
+    # 16 states of 2 tasks from 6-step episodes (<= 5 debug/improve states each): 32 / 10 -> 4 a task
+    assert runs.episodes_for(16, 2, 6) == 4 and runs.episodes_for(2, 6, 6) == 1 and runs.episodes_for(3, 1, 1) == 6
+
+
+def test_a_configuration_finished_before_the_base_gets_its_comparison_when_the_base_is_done(tmp_path):
+    (tmp_path / "evals").mkdir()
+    (tmp_path / "evals" / "base.json").write_text(json.dumps(START))
+    (tmp_path / "evals" / "groups-per-step=4.json").write_text(json.dumps(AFTER))
+    results = runs.Results(tmp_path / "out.json", "grpo_sweep", {})
+    results.record("groups/step=4", {"vs_base": None})
+    states = [SimpleNamespace(state_id=s) for s in START["states"]]
+    sweep.fill_vs_base(results, tmp_path, states, [0, 1])
+    saved = json.loads((tmp_path / "out.json").read_text())["done"]["groups/step=4"]
+    assert saved["vs_base"]["all"] == runs.compare(START, AFTER)
