@@ -163,3 +163,41 @@ def test_the_null_controls_permutation_stays_within_each_group_and_repeats_by_se
     with pytest.raises(ValueError, match="do not split"):
         group_permutation(6, 4, seed=0)
     assert TrainConfig(shuffle_rewards=True).shuffle_rewards and not TrainConfig().shuffle_rewards
+
+
+def _shuffling_trainer(monkeypatch, rewards: list[float], *, shuffle: bool, training: bool = True, step: int = 3):
+    """A CurriculumGRPOTrainer with no __init__ run, TRL's own _calculate_rewards replaced by one
+    that returns `rewards` (one reward function): only the project's override runs for real."""
+    torch = pytest.importorskip("torch")
+    from trl import GRPOTrainer
+
+    from mleforge.train.grpo.trainer import CurriculumGRPOTrainer
+
+    monkeypatch.setattr(GRPOTrainer, "_calculate_rewards",
+                        lambda self, *a, **k: torch.tensor([[r] for r in rewards]))
+    trainer = CurriculumGRPOTrainer.__new__(CurriculumGRPOTrainer)
+    trainer.__dict__.update(shuffle_rewards=shuffle, run_seed=11, num_generations=4,
+                            state=SimpleNamespace(global_step=step), model=SimpleNamespace(training=training))
+    return trainer
+
+
+def test_the_trainers_null_control_permutes_each_groups_rewards_by_the_steps_seed(monkeypatch):
+    """TrainConfig.shuffle_rewards through the trainer's _calculate_rewards (what learning.py's null
+    arm runs): each group keeps its own rewards, moved among its rows by group_permutation at the
+    run's seed for the step; off, or outside training (an evaluation), the rewards are TRL's."""
+    from mleforge.policies.base import derive_seed
+    from mleforge.train.grpo.advantages import group_permutation
+
+    rewards = [float(i) for i in range(12)]  # three groups of four, every reward distinct
+    shuffled = _shuffling_trainer(monkeypatch, rewards, shuffle=True)._calculate_rewards(None, None, None, None)
+    got = [row[0] for row in shuffled.tolist()]
+    order = group_permutation(12, 4, derive_seed(11, 3, -1))
+    assert got == [rewards[i] for i in order]
+    assert [sorted(got[g:g + 4]) for g in (0, 4, 8)] == [rewards[0:4], rewards[4:8], rewards[8:12]]
+    assert any(group_permutation(12, 4, derive_seed(11, s, -1)) != list(range(12)) for s in range(3))
+    trainer = _shuffling_trainer(monkeypatch, rewards, shuffle=True, step=3)
+    assert trainer._calculate_rewards(None, None, None, None).tolist() == shuffled.tolist()  # repeats by seed
+    assert trainer._step_rewards.tolist() == shuffled.tolist()  # invalid_groups sees the rewards TRL uses
+    for shuffle, training in ((False, True), (True, False)):
+        kept = _shuffling_trainer(monkeypatch, rewards, shuffle=shuffle, training=training)
+        assert [row[0] for row in kept._calculate_rewards(None, None, None, None).tolist()] == rewards
