@@ -9,7 +9,8 @@ held-apart states of the TRAINING tasks (a validation set), paired against the w
 
 One at a time around a base, not a grid: the base is the cpu preset (lr 5e-5, 1 group per
 optimizer step, no warm-up, scale_rewards group, beta 0, invalid_groups standardize) and each
-configuration changes one setting (CONFIGS): 10 runs, where the full grid of these levels is
+configuration changes one setting (CONFIGS), plus a null control, "base@seed+1" (the base's
+settings at the next training seed): 11 runs, where the full grid of these levels is
 216, beyond what a 2-core machine does in days. It measures each setting's effect at the base,
 not their interactions; a second sweep around the chosen values checks them together.
 
@@ -23,8 +24,11 @@ is seeded with), each evaluated at `--val-seeds` sampling seeds. Per configurati
 model's reward there, paired by state against the warm start (after - start, mean, SE, 95% CI;
 mleforge.eval.paired) and against the base configuration's final model (config - base), over
 all states and over those with headroom; a change's verdict is "better" or "worse" only where
-that CI of config - base excludes 0, else "unresolved" (keep the base's value). What it does not measure: training-seed variance (one
-training seed per configuration; learning.py measures it for the chosen settings).
+that CI of config - base lies beyond the null control's own difference (0 until the null is
+finished), else "unresolved" (keep the base's value). The intervals are over states and hold
+one training run on each side, so they carry no training-seed variance: two runs of the very
+same settings differ too, and the null's config - base is that difference, once. A change must
+beat it, not just 0 (learning.py measures training-seed variance properly, over seeds).
 
 Resumable: each configuration's entry is appended to --out when it finishes and skipped when
 present; a run cut short is continued by the trainer's own resume; evaluations are kept per
@@ -48,6 +52,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _learning_runs as shared_runs  # noqa: E402
 
+NULL = "base@seed+1"
 # (name, TrainConfig changes from the base): one setting at a time.
 CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("base", {}),
@@ -60,7 +65,9 @@ CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("beta=0.04", {"beta": 0.04}),
     ("invalid=zero", {"invalid_groups": "zero"}),
     ("invalid=raw", {"invalid_groups": "raw"}),
+    (NULL, {}),  # the null control: the base's settings at the next training seed
 )
+SEED_OFFSET = {NULL: 1}  # a configuration's training seed: --train-seed plus this
 START = "start"  # the warm start's validation evaluation
 
 
@@ -103,14 +110,17 @@ def fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
-def verdict(vs_base: Mapping[str, Any] | None) -> str:
+def verdict(vs_base: Mapping[str, Any] | None, null: Mapping[str, Any] | None = None) -> str:
     """What the validation set says of a change against the base: better or worse where the
-    paired 95% CI of config - base lies above or below 0, else unresolved (keep the base)."""
+    paired 95% CI of config - base lies above or below the margin, else unresolved (keep the
+    base). The margin is the size of the null control's config - base (the base's settings at
+    another training seed: what a change of training seed alone moves), 0 without one."""
     if vs_base is None or vs_base.get("ci_low") is None:
         return "unresolved"
-    if vs_base["ci_low"] > 0:
+    margin = 0.0 if null is None or null.get("diff") is None else abs(null["diff"])
+    if vs_base["ci_low"] > margin:
         return "better"
-    return "worse" if vs_base["ci_high"] < 0 else "unresolved"
+    return "worse" if vs_base["ci_high"] < -margin else "unresolved"
 
 
 def table(results: Mapping[str, Any]) -> dict[str, Any]:
@@ -118,17 +128,27 @@ def table(results: Mapping[str, Any]) -> dict[str, Any]:
     columns = ["config", "steps x groups", "val reward", "after - start [95% CI]", "config - base [95% CI]",
                "verdict", "train reward/rollout", "groups no valid"]
     rows = []
+    null = results.get(NULL)
+    null_vs_base = None if null is None or null["vs_base"] is None else null["vs_base"]["all"]
     for name, _ in CONFIGS:
         e = results.get(name)
         if e is None:
             continue
+        if name == "base":
+            judged = "base"
+        elif name == NULL:
+            judged = "null control"
+        else:
+            judged = verdict(e["vs_base"] and e["vs_base"]["all"], null_vs_base)
         rows.append([name, f"{e['steps']} x {e['groups_per_step']}", fmt(e["val_mean_reward"]),
                      shared_runs.ci_text(e["vs_start"]["all"]),
                      "–" if e["vs_base"] is None else shared_runs.ci_text(e["vs_base"]["all"]),
-                     "base" if name == "base" else verdict(e["vs_base"] and e["vs_base"]["all"]),
+                     judged,
                      fmt(e["train"].get("reward_per_rollout")), fmt(e["train"].get("frac_groups_no_valid"))])
     return {"title": "GRPO settings one at a time around the cpu preset, on held-apart states of the training tasks "
-                     "(paired by state; mean [95% CI] (n states, +up/-down))", "columns": columns, "rows": rows}
+                     "(paired by state; mean [95% CI] (n states, +up/-down)); a verdict needs the CI beyond the null "
+                     f"control's difference ({NULL}: the base at another training seed)", "columns": columns,
+            "rows": rows}
 
 
 def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool = True) -> dict[str, Any]:
@@ -164,7 +184,7 @@ def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool 
             changes = dict(CONFIGS)[name]
             run_started = time.perf_counter()
             folder = work / "runs" / name.replace("/", "-per-")
-            config = base.replace(seed=args.train_seed, warm_start=shared.sft, journals=shared.journals,
+            config = base.replace(seed=args.train_seed + SEED_OFFSET.get(name, 0), warm_start=shared.sft, journals=shared.journals,
                                   stepwise={"enabled": False}, steps=steps[name], **changes)
             result = shared_runs.curriculum_real().train_one(config, folder, registry, progress)
             gc.collect()
@@ -214,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "groups x group size); a multiple of 4")
     p.add_argument("--val-states", type=int, default=16, help="held-apart states of the training tasks")
     p.add_argument("--val-seeds", type=int, default=4, help="sampling seeds per validation state")
-    p.add_argument("--train-seed", type=int, default=0, help="every configuration's training seed")
+    p.add_argument("--train-seed", type=int, default=0, help=f"every configuration's training seed ({NULL}'s: "
+                                                             "this plus 1)")
     p.add_argument("--configs", help=f"a subset to run now (comma-separated; default all): "
                                      f"{', '.join(n for n, _ in CONFIGS)}")
     return p

@@ -72,7 +72,8 @@ def test_the_sweep_spends_equal_rollouts_and_refuses_unknown_configurations():
     assert [n for n, _ in sweep.selected("invalid=raw,base")] == ["base", "invalid=raw"]
     with pytest.raises(SystemExit, match="unknown lr=1"):
         sweep.selected("lr=1")
-    assert len(sweep.CONFIGS) == 10 and sweep.CONFIGS[0] == ("base", {})
+    assert len(sweep.CONFIGS) == 11 and sweep.CONFIGS[0] == ("base", {})
+    assert sweep.CONFIGS[-1] == (sweep.NULL, {}) and sweep.SEED_OFFSET == {sweep.NULL: 1}  # the base, next seed
 
 
 def test_every_sweep_configuration_is_a_valid_train_config():
@@ -164,6 +165,27 @@ def test_a_change_is_better_or_worse_only_where_its_interval_against_the_base_ex
     assert sweep.verdict({"ci_low": -0.3, "ci_high": -0.02}) == "worse"
     assert sweep.verdict({"ci_low": -0.1, "ci_high": 0.2}) == "unresolved"
     assert sweep.verdict({"ci_low": None}) == sweep.verdict(None) == "unresolved"
+
+
+def test_a_verdict_must_beat_what_a_change_of_training_seed_alone_moves():
+    """The intervals hold one training run a side: the null control's config - base (the base at
+    the next training seed) is the margin a change's interval must clear, either way."""
+    null = {"diff": -0.05, "ci_low": -0.09, "ci_high": -0.01}
+    assert sweep.verdict({"ci_low": 0.01, "ci_high": 0.2}, null) == "unresolved"
+    assert sweep.verdict({"ci_low": 0.06, "ci_high": 0.2}, null) == "better"
+    assert sweep.verdict({"ci_low": -0.3, "ci_high": -0.02}, null) == "unresolved"
+    assert sweep.verdict({"ci_low": -0.3, "ci_high": -0.051}, null) == "worse"
+    assert sweep.verdict({"ci_low": 0.01, "ci_high": 0.2}, {"diff": None}) == "better"
+    d = runs.compare(START, AFTER)  # +0.167 [-0.41, +0.74] over 3 states: wide
+    sure = {**d, "ci_low": 0.1, "ci_high": 0.3}
+    entry = sweep.entry_of("lr=1e-5", {"lr": 1e-5}, 16, START, AFTER, START, {}, 1.0)
+    entry["vs_base"]["all"] = sure
+    null_entry = sweep.entry_of(sweep.NULL, {}, 16, START, AFTER, START, {}, 1.0)
+    rows = {r[0]: r for r in sweep.table({"lr=1e-5": entry})["rows"]}
+    assert rows["lr=1e-5"][5] == "better"  # no null finished: the margin is 0
+    null_entry["vs_base"]["all"] = {**d, "diff": 0.15}
+    rows = {r[0]: r for r in sweep.table({"lr=1e-5": entry, sweep.NULL: null_entry})["rows"]}
+    assert rows["lr=1e-5"][5] == "unresolved" and rows[sweep.NULL][5] == "null control"
 
 
 def test_enough_expert_episodes_are_made_for_the_states_asked():
