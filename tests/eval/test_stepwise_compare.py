@@ -119,6 +119,23 @@ def test_cli_compare_on_result_files(tmp_path, capsys):
     assert "no step-wise result there" in " ".join(capsys.readouterr().err.split())
 
 
+def test_files_that_are_not_step_wise_results_are_named_with_what_they_are(tmp_path, capsys):
+    """A comparison's output, a JSON list, a result missing its records: the error names the file
+    and what to give instead (not a KeyError of a field)."""
+    good = tmp_path / "a.json"
+    good.write_text(json.dumps(result("a", A).to_dict()))
+    comparison = tmp_path / "comparison.json"
+    comparison.write_text(json.dumps(compare_results(result("a", A), result("b", B)).to_dict()))
+    listed = tmp_path / "list.json"
+    listed.write_text("[]")
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({k: v for k, v in result("a", A).to_dict().items() if k != "records"}))
+    for bad, says in ((comparison, "a comparison"), (listed, "a JSON list"), (broken, "KeyError('records')")):
+        assert main(["eval", "compare", str(bad), str(good)]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"{bad}: not a step-wise evaluation result" in err and says in err, err
+
+
 def test_train_prints_the_runs_three_evaluations_and_their_paired_differences(tmp_path, capsys):
     """What `mleforge train` prints at its end (cli.train._print_stepwise), from the run's
     stepwise/ files: the stages side by side, then after SFT − before, after − after SFT,

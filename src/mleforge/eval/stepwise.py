@@ -423,9 +423,19 @@ def load_result(path: str | Path) -> StepwiseResult:
         data = json.loads(file.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise ConfigError(f"{file}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file}: not a step-wise evaluation result (a JSON {type(data).__name__}, not an object)")
     if data.get("available") is False:
         raise ConfigError(f"{file}: that evaluation did not run ({data.get('reason')})")
-    return StepwiseResult.from_dict(data)
+    if data.get("kind") != "stepwise":
+        what = "a comparison (mleforge eval compare's output)" if "metrics" in data and "label_a" in data else \
+            f"kind {data.get('kind')!r}"
+        raise ConfigError(f"{file}: not a step-wise evaluation result ({what}); give a stepwise.json (or the folder "
+                          "`mleforge eval --stepwise` wrote, or a training run's stepwise/<label>.json)")
+    try:
+        return StepwiseResult.from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{file}: {exc}") from None
 
 
 # --- running ---------------------------------------------------------------------------------------
