@@ -195,8 +195,19 @@ def held_apart_states(shared: Shared, work: Path, n: int, seed: int, progress: b
     candidates = draw_states(list(plan.tasks), n_states=10 * n, seed=seed, journals=collected.journals_dir,
                              stages=plan.config.seed_stages, headroom="require", reward_config=plan.config.reward).states
     seeds = train_states_ids(plan, shared.journals)
-    kept = [s for s in candidates if s.state_id not in seeds]
+    kept = held_apart(candidates, seeds)
     return kept[:n], len(candidates) - len(kept)
+
+
+def held_apart(candidates: Sequence[Any], buffer_seeds: set[str]) -> list[Any]:
+    """The candidates that are not buffer seeds; refused when none is left (a validation or probe
+    set of no states would leave every comparison empty and every verdict unresolved, silently)."""
+    kept = [s for s in candidates if s.state_id not in buffer_seeds]
+    if not kept:
+        raise ValueError(f"none of the {len(candidates)} held-apart candidate states is apart from the buffer's "
+                         "seed states (the expert's episodes repeat the seed journals' states): collect more "
+                         "--expert-steps, or train on other --tasks")
+    return kept
 
 
 def eval_task_states(shared: Shared, work: Path, progress: bool) -> list[Any]:

@@ -203,3 +203,10 @@ def test_a_configuration_finished_before_the_base_gets_its_comparison_when_the_b
     sweep.fill_vs_base(results, tmp_path, states, [0, 1])
     saved = json.loads((tmp_path / "out.json").read_text())["done"]["groups/step=4"]
     assert saved["vs_base"]["all"] == runs.compare(START, AFTER)
+
+
+def test_held_apart_states_leave_out_the_buffer_seeds_and_refuse_an_empty_set():
+    candidates = [SimpleNamespace(state_id=s) for s in ("a", "b", "c")]
+    assert [s.state_id for s in runs.held_apart(candidates, {"b"})] == ["a", "c"]
+    with pytest.raises(ValueError, match="none of the 3 held-apart candidate states"):
+        runs.held_apart(candidates, {"a", "b", "c"})
