@@ -31,7 +31,8 @@ The goal figure: the paired 95% CI of (after GRPO - warm start) on the evaluatio
 last checkpoint. Over seeds it is reported twice: pooled (each state's values over every seed
 and sampling seed: the evaluation's noise) and over training seeds (each seed's mean
 difference, a t-interval with seeds - 1 degrees of freedom: the training's noise too); and
-grpo - null, paired by state.
+grpo - null, the same two ways (by state, pooled; and each seed's grpo run against its own null
+run, the seed as the unit).
 
 Resumable per seed: a seed's entry is appended to --out when both its runs are evaluated, and
 skipped when present; a later call with more --seeds adds seeds; runs and evaluations cut short
@@ -123,7 +124,7 @@ def summarize(done: Mapping[str, Any], start: Mapping[str, Mapping[str, Sequence
     from mleforge.eval.paired import paired_difference
 
     seeds = sorted(done, key=lambda k: int(k.removeprefix("seed")))
-    out: dict[str, Any] = {"seeds": seeds, "arms": {}, "grpo_minus_null": {}}
+    out: dict[str, Any] = {"seeds": seeds, "arms": {}, "grpo_minus_null": {}, "grpo_minus_null_over_seeds": {}}
     if not seeds:
         return out
     steps = list(done[seeds[0]]["arms"]["grpo"]["checkpoints"])
@@ -143,6 +144,12 @@ def summarize(done: Mapping[str, Any], start: Mapping[str, Mapping[str, Sequence
         out["grpo_minus_null"][name] = paired_difference(
             {u: [v for x in null for v in x[u]] for u in units}, {u: [v for x in grpo for v in x[u]] for u in units},
             metric="mean_reward").to_dict()
+        # each seed's grpo run against its null run (the same seed), the seed as the unit
+        arms = {arm: {s: done[s]["arms"][arm]["checkpoints"][last][name]["vs_start"]["diff"] for s in seeds}
+                for arm in ARMS}
+        out["grpo_minus_null_over_seeds"][name] = over_seeds(
+            {s: None if arms["grpo"][s] is None or arms["null"][s] is None else arms["grpo"][s] - arms["null"][s]
+             for s in seeds})
     return out
 
 
@@ -154,8 +161,10 @@ def table(summary: Mapping[str, Any]) -> dict[str, Any]:
         for step, p in points.items():
             rows.append([arm, step, shared_runs.ci_text(p["eval"]["pooled"]), shared_runs.ci_text(p["eval"]["over_seeds"]),
                          shared_runs.ci_text(p["probe"]["pooled"])])
+    over = summary.get("grpo_minus_null_over_seeds", {})
     for name, d in summary["grpo_minus_null"].items():
-        rows.append(["grpo - null", "last", shared_runs.ci_text(d) if name == "eval" else "", "",
+        rows.append(["grpo - null", "last", shared_runs.ci_text(d) if name == "eval" else "",
+                     shared_runs.ci_text(over[name]) if name == "eval" and name in over else "",
                      shared_runs.ci_text(d) if name == "probe" else ""])
     return {"title": f"warm start + GRPO against the warm start, {len(summary['seeds'])} seeds; paired by state "
                      "(mean [95% CI] (n, +up/-down)); null: rewards shuffled within groups",

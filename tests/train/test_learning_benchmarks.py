@@ -210,3 +210,17 @@ def test_held_apart_states_leave_out_the_buffer_seeds_and_refuse_an_empty_set():
     assert [s.state_id for s in runs.held_apart(candidates, {"b"})] == ["a", "c"]
     with pytest.raises(ValueError, match="none of the 3 held-apart candidate states"):
         runs.held_apart(candidates, {"a", "b", "c"})
+
+
+def test_grpo_minus_null_over_seeds_pairs_each_seeds_runs():
+    """Each seed's after - start of its grpo run less its null run's, the seed as the unit:
+    seed0 1/6 - 0, seed1 1/6 - 0.1/3; mean 0.15, SE 0.023570 / sqrt(2) = 0.016667, t(0.975, 1) 12.7062."""
+    start = runs.per_state(START)
+    done = {"seed0": _seed_entry({"a": [0.7], "b": [0.1], "c": [0.5]}, {"a": [0.5], "b": [-0.2], "c": [0.5]}),
+            "seed1": _seed_entry({"a": [0.5], "b": [0.3], "c": [0.5]}, {"a": [0.6], "b": [-0.2], "c": [0.5]})}
+    summary = learning.summarize(done, {"eval": start, "probe": start})
+    d = summary["grpo_minus_null_over_seeds"]["eval"]
+    assert (d["n"], d["diff"], d["se"]) == (2, pytest.approx(0.15), pytest.approx(1 / 60))
+    assert (d["ci_low"], d["ci_high"]) == (pytest.approx(0.15 - 12.7062047 / 60), pytest.approx(0.15 + 12.7062047 / 60))
+    eval_row = [r for r in learning.table(summary)["rows"] if r[0] == "grpo - null" and r[2]][0]
+    assert eval_row[3].startswith("+0.150 [-0.062, +0.362] (n=2")
