@@ -81,6 +81,8 @@ def test_edge_cases_and_refusals():
         paired_difference({"s1": []}, {"s1": [1.0]})
     with pytest.raises(PairingError, match="finite"):
         unit_means({"s1": [float("nan")]})
+    with pytest.raises(PairingError, match="unit 's1' has a value that is not a number: \\[0.5, None\\]"):
+        paired_difference({"s1": [0.5, None]}, {"s1": [1.0, 1.0]})
     with pytest.raises(ValueError, match="confidence"):
         paired_difference({"s": [1.0]}, {"s": [1.0]}, confidence=1.0)
     # ties up to rounding count as ties

@@ -91,7 +91,11 @@ def unit_means(values: Mapping[str, Sequence[float]]) -> dict[str, float]:
     """Each unit's mean over its values (its seeds); a unit with no value is refused."""
     out = {}
     for unit, vals in values.items():
-        vals = [float(v) for v in vals]
+        try:
+            vals = [float(v) for v in vals]
+        except (TypeError, ValueError):
+            raise PairingError(f"unit {unit!r} has a value that is not a number: {list(vals)} (leave out the seeds "
+                               "with no value, as eval.stepwise.state_values does)") from None
         if not vals:
             raise PairingError(f"unit {unit!r} has no values")
         if not all(math.isfinite(v) for v in vals):
