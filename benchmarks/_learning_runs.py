@@ -33,6 +33,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 VALIDATION_FIRST_SEED = 1000  # the held-apart episodes' seeds: far from the runs' collect seeds (0, 1, ...)
+# Each held-apart set's episodes: the sweep chooses settings on "validation", learning.py reports
+# the training reward on "probe"; apart, so that a probe figure is not measured on the very
+# states the settings were chosen on. (folder under --work, first episode seed)
+HELD_APART = {"validation": ("held-apart", VALIDATION_FIRST_SEED), "probe": ("probe", 2 * VALIDATION_FIRST_SEED)}
 
 
 # --- results, appended as each piece finishes ----------------------------------------------------
@@ -179,9 +183,11 @@ def train_states_ids(plan: Any, journals: str) -> set[str]:
     return {s.state_id for j in load_journals(journals, ids) for s in journal_states(j)}
 
 
-def held_apart_states(shared: Shared, work: Path, n: int, seed: int, progress: bool) -> tuple[list[Any], int]:
-    """`n` states of the training tasks from expert episodes of their own (made once in
-    <work>/held-apart), none of them a buffer seed; and how many candidates were dropped as seeds."""
+def held_apart_states(shared: Shared, work: Path, n: int, seed: int, progress: bool,
+                      purpose: str = "validation") -> tuple[list[Any], int]:
+    """`n` states of the training tasks from expert episodes of their own (made once in the
+    folder HELD_APART names for `purpose`), none of them a buffer seed; and how many candidates
+    were dropped as seeds."""
     from mleforge.eval.stepwise import draw_states
     from mleforge.expert.collect import CollectConfig, collect_samples
 
@@ -189,8 +195,8 @@ def held_apart_states(shared: Shared, work: Path, n: int, seed: int, progress: b
     steps = plan.config.collect.steps
     episodes = episodes_for(n, len(plan.tasks), steps)  # dropping buffer seeds still leaves n
     config = CollectConfig(tasks=",".join(t.id for t in plan.tasks), episodes=episodes, steps=steps,
-                           embedder="tfidf", first_seed=VALIDATION_FIRST_SEED + seed)
-    collected = collect_samples(config, work / "held-apart", registry=shared.registry, executor=shared.executor,
+                           embedder="tfidf", first_seed=HELD_APART[purpose][1] + seed)
+    collected = collect_samples(config, work / HELD_APART[purpose][0], registry=shared.registry, executor=shared.executor,
                                 progress=progress)
     candidates = draw_states(list(plan.tasks), n_states=10 * n, seed=seed, journals=collected.journals_dir,
                              stages=plan.config.seed_stages, headroom="require", reward_config=plan.config.reward).states

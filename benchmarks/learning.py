@@ -219,7 +219,8 @@ def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bo
     started = time.perf_counter()
     shared = shared_runs.shared_start(base, args, work, registry, progress)
     try:
-        probe, dropped = shared_runs.held_apart_states(shared, work, args.probe_states, args.eval_seed, progress)
+        probe, dropped = shared_runs.held_apart_states(shared, work, args.probe_states, args.eval_seed, progress,
+                                                         purpose="probe")
         sets = {"eval": shared_runs.eval_task_states(shared, work, progress), "probe": probe}
         if not sets["eval"]:
             raise ValueError("no evaluation states: name --eval-tasks the runs do not train on")

@@ -224,3 +224,10 @@ def test_grpo_minus_null_over_seeds_pairs_each_seeds_runs():
     assert (d["ci_low"], d["ci_high"]) == (pytest.approx(0.15 - 12.7062047 / 60), pytest.approx(0.15 + 12.7062047 / 60))
     eval_row = [r for r in learning.table(summary)["rows"] if r[0] == "grpo - null" and r[2]][0]
     assert eval_row[3].startswith("+0.150 [-0.062, +0.362] (n=2")
+
+
+def test_the_probe_set_is_drawn_apart_from_the_sweeps_validation_set():
+    """learning.py's probe states come from episodes (and a folder) of their own, so that its
+    probe figure is not measured on the states grpo_sweep chose the settings on."""
+    (val_dir, val_seed), (probe_dir, probe_seed) = runs.HELD_APART["validation"], runs.HELD_APART["probe"]
+    assert val_dir != probe_dir and abs(probe_seed - val_seed) >= 100  # --eval-seed shifts both by a few
