@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -201,3 +202,33 @@ def test_a_stale_sessions_runs_leave_no_process_behind(tmp_path):
     finally:
         parent.kill()
         sweep(run_id.encode())
+
+
+def test_a_stale_sessions_fixed_folders_kill_nothing(tmp_path):
+    """A dead session also holds folders of fixed names (submissions, the pool's zygotes):
+    they are no run ids, and an unrelated process whose command line carries them lives on."""
+    base = tmp_path / "base"
+    base.mkdir(mode=0o700)
+    dead = base / "1-deadbeef"
+    dead.mkdir()
+    (dead / ".lock").touch()  # nobody holds it: its owner is gone
+    for name in ("zygotes", "submissions", "not-a-run"):
+        (dead / name).mkdir()
+    bystander = subprocess.Popen([sys.executable, "-c", "import time, sys; time.sleep(60)", "zygotes", "not-a-run"])
+    try:
+        assert clean_stale(base) == [dead]
+        time.sleep(0.2)
+        assert bystander.poll() is None  # still running
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_live_sessions_lock_is_held_under_its_name(tmp_path):
+    """The lock is taken before it is named .lock: no other process can find it free."""
+    s = Session(tmp_path / "base")
+    try:
+        assert sorted(p.name for p in s.path.iterdir()) == [".lock", "submissions"]
+        assert clean_stale(tmp_path / "base") == [] and s.path.is_dir()
+    finally:
+        s.close()

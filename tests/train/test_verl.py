@@ -233,3 +233,36 @@ def test_the_example_configs_pass_verls_schema(name, monkeypatch, tmp_path):
     mleforge_yaml = "mleforge.yaml" if name.endswith("1node") else "mleforge_multinode.yaml"
     ours = TrainConfig.from_dict(OmegaConf.to_container(OmegaConf.load(EXAMPLES / mleforge_yaml)))
     assert (ours.groups_per_step, ours.group_size) == (config.data.train_batch_size, config.actor_rollout_ref.rollout.n)
+
+
+def test_a_round_is_sealed_once_all_its_rollouts_are_in(registry, tmp_path):
+    """The last round of a run has no next round to fetch: it is sealed by its last report
+    (groups x group_size), not lost; a round missing a report waits for the next fetch."""
+    from mleforge.train.verl.owner import RolloutReport
+
+    config = TrainConfig(tasks="titanic", eval_tasks="", steps=2, group_size=2, groups_per_step=2,
+                         warm_start="none", sandbox={"executor": "local"})
+    fresh = prepare_run(config, tmp_path / "run", registry)
+    owner = BufferOwner(str(fresh.folder), name="")
+    scorer = verl_reward.Scorer(fresh, workers=1)
+    try:
+        rows = [owner.next_row() for _ in range(2)]
+        states = [verl_reward.state_of(r["extra_info"], r["reward_model"]["ground_truth"]) for r in rows]
+        reports = []
+        for state, row in zip(states, rows, strict=True):
+            for completion in (SAMPLE, CRASH):
+                outcome = scorer.score(state, completion, f"v{row['extra_info']['index']}")
+                reports.append(RolloutReport(state, completion, outcome.result, outcome.reward, outcome.node.id,
+                                             outcome.node.error))
+        for report in reports[:3]:
+            owner.report(report)
+        assert owner.buffer.sealed_step == -1 and not (fresh.folder / LOG_FILE).exists()  # one rollout short
+        owner.report(reports[3])
+        assert owner.buffer.sealed_step == 0 and owner.stats()["round_step"] is None
+        line = json.loads((fresh.folder / LOG_FILE).read_text())
+        assert (line["step"], line["rollouts"], line["valid"]) == (0, 4, 2)
+        assert owner.next_row()["extra_info"]["index"] == 2  # the next round, drawn after step 0's feedback
+        assert owner.stats()["round_step"] == 1
+    finally:
+        scorer.close()
+        owner.close()

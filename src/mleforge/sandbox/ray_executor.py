@@ -76,7 +76,9 @@ class RayExecutor(BatchRuns):
 
     `address`: the cluster (None: $RAY_ADDRESS, else the one `ray start` left on this
     machine, else a new local one); `isolation`: the local executor's, on each node;
-    `base_dir`: the workspaces folder on the nodes and here; `max_workers`: threads of
+    `base_dir`: the workspaces folder on the nodes and here (each machine's own disk: a
+    session is told dead by its free file lock, which a shared file system may not carry
+    between machines); `max_workers`: threads of
     `run_many`/`run_batch`; `max_concurrent`: runs in flight at once (None: the
     cluster's CPUs when first used); `resources`: custom Ray resources each run asks
     for besides its CPUs and memory (e.g. {"sandbox": 1} on nodes started with

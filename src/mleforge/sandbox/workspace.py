@@ -27,6 +27,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -44,6 +45,7 @@ INPUT_DIR = "input"
 WORKSPACE_DIRS = (INPUT_DIR, "working", "submission", "tmp")
 SUBMISSION_NAME = "submission.csv"
 _LOCK = ".lock"
+_RUN_ID = re.compile(r"[0-9a-f]{16}")  # secrets.token_hex(8), as the executors name their runs
 _UNLOCKED_GRACE_S = 600  # a session folder without a lock file may still be starting
 
 
@@ -196,7 +198,9 @@ def _end_runs_of(session: Path) -> None:
 
     with contextlib.suppress(OSError):
         for entry in os.scandir(session):
-            if entry.is_dir(follow_symlinks=False) and entry.name != "submissions":
+            # Only a run's folder names a marker: the session also holds folders of fixed names
+            # (submissions, the pool's zygotes) that any unrelated process may carry.
+            if entry.is_dir(follow_symlinks=False) and _RUN_ID.fullmatch(entry.name):
                 sweep(entry.name.encode())
 
 
@@ -209,8 +213,12 @@ class Session:
         clean_stale(self.base)
         self.path = self.base / f"{os.getpid()}-{secrets.token_hex(4)}"
         self.path.mkdir(mode=0o700)
-        self._lock_fd = os.open(self.path / _LOCK, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        # Locked before it takes its name: another process's clean_stale never finds the
+        # lock of a live session free (a missing lock falls under the grace period).
+        pending = self.path / (_LOCK + ".new")
+        self._lock_fd = os.open(pending, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(pending, self.path / _LOCK)
         (self.path / "submissions").mkdir()
         self.closed = False
 

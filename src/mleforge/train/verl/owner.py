@@ -9,10 +9,12 @@ every reward worker reports each scored rollout to it, and it alone writes the S
 
 Rounds. The owner draws `groups` states at a time (a round: one verl step's
 `data.train_batch_size` prompts) with the run's sampler from the snapshot of the last sealed
-step, exactly as `mleforge train`'s feed does (`curriculum.sampler`). When verl fetches the
-first prompt of the next round, the reports gathered since the round began are fed back in
-one transaction (`curriculum.feedback.step_feedback`: statistics, new debug and improve
-states, the step sealed), and only then is the next round drawn. In verl's synchronous
+step, exactly as `mleforge train`'s feed does (`curriculum.sampler`). Once every rollout of
+a fully served round is in (`group_size` a row), or else when verl fetches the first prompt
+of the next round (the last round has no next; a lost rollout is never reported), the
+reports gathered since the round began are fed back in one transaction
+(`curriculum.feedback.step_feedback`: statistics, new debug and improve states, the step
+sealed), and only then is the next round drawn. In verl's synchronous
 trainer a step's rewards are all in before the next step fetches, so round k is step k;
 in its asynchronous modes (or when failed groups are refilled) a late report counts in the
 round it arrives in. Each sealed round appends a line to `curriculum.jsonl` in the run dir.
@@ -94,9 +96,15 @@ class BufferOwner:
             return verl_row(self.run, state, self.served - 1, owner=self.name or None)
 
     def report(self, report: RolloutReport) -> None:
-        """A scored rollout; it counts when the round is sealed."""
+        """A scored rollout; it counts when the round is sealed. A round all of whose rows
+        were served and all of whose rollouts (`group_size` a row) are in is sealed now: the
+        last round of a run is fetched after by nobody, and its feedback would be lost."""
         with self._lock:
             self.pending.append(report)
+            served = self.step is not None and self.position >= len(self.batch)
+            if served and len(self.pending) >= len(self.batch) * self.run.config.group_size:
+                self._seal()
+                self.batch, self.position, self.step = [], 0, None
 
     def seal(self) -> dict[str, Any] | None:
         """Feed back what was reported so far and end the round now (the end of training);
