@@ -121,14 +121,18 @@ class Ct2Engine:
         """Replace the engine's weights by `model`'s (the trainer's, after an optimizer step):
         convert into a new temporary folder, load it, delete the old one if the engine owns it.
         The tokenizer and settings stay. Whatever fails, one folder is left: the old one if the
-        conversion failed, else the new one (which close deletes)."""
+        conversion failed (the engine loads it again), else the new one (which close deletes).
+        The old weights are let go before the conversion, not after it: they are of no use
+        while it runs, and holding them would add a whole model to the sync's peak memory."""
         quantization = self.quantization or default_quantization(self._device.split(":")[0])
         started = time.perf_counter()
         folder = _temporary_folder(self.temp_root)
+        self._generator = None
         try:
             convert_model(model, self._tokenizer, folder, quantization)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
+            self._load()  # the old weights again: the engine works as before the sync
             raise
         convert_s = time.perf_counter() - started
         old, old_owned = self._folder, self._owned
