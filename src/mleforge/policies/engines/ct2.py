@@ -38,6 +38,7 @@ from mleforge.policies.engines.base import Generation, Sample
 from mleforge.policies.engines.ct2_convert import convert_model, default_quantization
 from mleforge.policies.engines.transformers import eos_token_ids
 from mleforge.policies.extras import import_ctranslate2
+from mleforge.utils.memory import release_memory
 
 RAGGED_TOKENS = 16
 _SEED_LOCK = threading.Lock()  # set_random_seed is process-wide; see the module docstring
@@ -170,6 +171,23 @@ class Ct2Engine:
             out["last_sync"] = self.last_sync.to_dict()
         return out
 
+    def release(self) -> None:
+        """Let the weights go until the next `sync` loads new ones (the folder stays): what a
+        GRPO trainer calls after a step's rollouts when the next step syncs anyway, so that
+        the update does not run beside a whole idle copy of the model. Generating in between
+        is refused as after `close`."""
+        self._generator = None
+        release_memory()
+
+    @property
+    def released(self) -> bool:
+        """Whether `release` let the weights go (and no sync or `reload` has loaded any since)."""
+        return self._generator is None and self._folder.is_dir()
+
+    def reload(self) -> float:
+        """Load the weights of the last sync again after `release`; the seconds it took."""
+        return self._load()
+
     def close(self) -> None:
         self._generator = None
         if self._owned:
@@ -200,7 +218,7 @@ class Ct2Engine:
         ctranslate2 scores it: the log-softmax of the model's logits at temperature 1, before
         top-p (the temperature only shapes the sampling)."""
         if self._generator is None:
-            raise PolicyError("the ct2 engine was closed")
+            raise PolicyError("the ct2 engine was closed (or released until its next sync)")
         draws = 1 if sampling.greedy else n  # greedy decoding gives one answer
         plan = plan_groups([len(p) for p in prompts], draws, self._max_batch_size)
         samples: list[list[Sample]] = [[] for _ in prompts]
