@@ -178,9 +178,10 @@ def run_phase(name: str, args: argparse.Namespace) -> None:
 # --- the sampler ----------------------------------------------------------------------------------
 
 
-def sample_tree(command: list[str]) -> dict[str, Any]:
+def sample_tree(command: list[str], *, check: bool = True) -> dict[str, Any]:
     """Run `command`, sampling its process tree's RSS: the peaks (MiB), the kernel's ru_maxrss
-    of the biggest process, the wall time and the marks it printed last (JSON)."""
+    of the biggest process, the wall time and the marks it printed last (JSON). A failure
+    ends the benchmark with its stderr's end (`check`), or is recorded with it."""
     import psutil
 
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
@@ -204,13 +205,14 @@ def sample_tree(command: list[str]) -> dict[str, Any]:
         out.seek(0)
         err.seek(0)
         printed, errors = out.read(), err.read()
-    if proc.returncode != 0:
+    if proc.returncode != 0 and check:
         raise SystemExit(f"{' '.join(command)} failed ({proc.returncode}):\n{errors[-4000:]}")
     last = printed.strip().splitlines()[-1:]
     marks = json.loads(last[0]) if last and last[0].startswith("{") else {}
     return {"peak_tree_mib": round(peak_tree / MIB, 1), "peak_main_mib": round(peak_main / MIB, 1),
             "maxrss_mib": round(usage.ru_maxrss / 1024, 1), "wall_s": round(wall, 1), "marks": marks,
-            "timeline": timeline}
+            "timeline": timeline, "exit_code": proc.returncode,
+            **({"stderr_tail": errors[-2000:]} if proc.returncode else {})}
 
 
 def _sample(root: Any) -> tuple[int, int]:
@@ -244,7 +246,7 @@ def measure_main_job(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mleforge-memory-run-") as scratch:
         command = [sys.executable, "-m", "mleforge", "train", "--run-dir", str(Path(scratch) / "run"),
                    *args.train_args]
-        result = sample_tree(command)
+        result = sample_tree(command, check=False)  # a run that fails late still shows its memory
     return {"phase": "main_job", **result}
 
 
