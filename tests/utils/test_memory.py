@@ -10,6 +10,8 @@ import pytest
 
 from tests.benchmark_module import load_benchmark
 
+pytest.importorskip("psutil")  # the train extra's (accelerate depends on it)
+
 glibc = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's")
 
 # Freed 1 MiB blocks that glibc keeps in its heap (a freed 16 MiB block raised the mmap threshold
