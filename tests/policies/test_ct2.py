@@ -204,6 +204,31 @@ def test_in_memory_conversion_leaves_the_model_alone_and_syncs(tiny):
     assert not engine.folder.exists()
 
 
+def test_a_float_conversion_shares_the_weights_and_merges_lora_into_copies(tiny):
+    """No second copy of the model where the conversion changes nothing in place: the copy's
+    tensors are the model's own, but for the LoRA layers' merged weights (new tensors, the
+    adapter's delta added); an integer quantization copies all."""
+    from mleforge.policies.engines.ct2_convert import _base_model, _detached_copy
+
+    pytest.importorskip("peft")
+    model, _ = train_lora(tiny, ask("add two numbers"), ANSWER)
+    base = _base_model(model)
+    before = {name: p.data_ptr() for name, p in base.named_parameters()}
+    shared = _detached_copy(base, copy_tensors=False)
+    merged = set()
+    for name, p in shared.named_parameters():
+        original = name.replace(".weight", ".base_layer.weight")
+        if original in before and original != name:  # a LoRA layer, merged
+            merged.add(name)
+            assert p.data_ptr() != before[original]
+            assert not torch.equal(p, base.get_parameter(original))  # the trained delta is in it
+        else:
+            assert p.data_ptr() == before[name], name
+    assert merged  # the tiny model's LoRA adapts some layers
+    copied = _detached_copy(base, copy_tensors=True)
+    assert not {p.data_ptr() for p in copied.parameters()} & set(before.values())
+
+
 def test_a_failed_conversion_or_load_leaves_no_folder_behind(tiny, tmp_path, monkeypatch):
     """A conversion that dies half-written (a full disk: 2 GB a float32 Qwen-0.5B) or a load
     that fails leaves nothing in temp_root but the one folder the engine still owns."""

@@ -25,6 +25,7 @@ from rich.console import Console
 
 from mleforge.runs import STEPWISE_DIR
 from mleforge.utils.atomic import atomic_write
+from mleforge.utils.memory import release_memory
 
 if TYPE_CHECKING:
     from mleforge.agent.prompt_config import PromptConfig
@@ -100,6 +101,7 @@ def evaluate_stage(settings: StageSettings, folder: Path, spec: str, label: str,
                                      draw=draw.to_dict(), on_record=on_record)
     finally:
         policy.close()
+        release_memory()  # its engine's weights, freed, back to the system before training goes on
     choice = getattr(policy, "choice", None)  # hf/bundled policies: the engine taken and why
     result = {"available": True, "label": label,
               "engine": None if choice is None else {"name": choice.name, "reason": choice.reason},

@@ -28,6 +28,7 @@ from typing import Any
 from mleforge.errors import MissingExtra
 from mleforge.policies.base import PolicyError
 from mleforge.policies.extras import import_torch_transformers
+from mleforge.utils.memory import release_memory
 from mleforge.utils.quiet import quiet_libraries
 
 log = logging.getLogger(__name__)
@@ -254,6 +255,7 @@ def convert(model: BundledModel, root: Path | None = None) -> Path:
         hf_model.save_pretrained(temp)
         tokenizer.save_pretrained(temp)
         del hf_model
+        release_memory()  # the dequantized weights, freed, would stay resident in the C heap
         marker = {"name": model.name, "gguf_sha256": model.sha256, "dtype": SAVED_DTYPE,
                   "transformers": transformers.__version__}
         (temp / MARKER).write_text(json.dumps(marker, indent=1))  # last: the folder is complete

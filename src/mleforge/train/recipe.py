@@ -61,6 +61,7 @@ from mleforge.train.preflight import preflight
 from mleforge.train.ranks import Ranks, process_ranks
 from mleforge.train.warm_start import collect_expert, sft_done, warm_start
 from mleforge.utils.atomic import atomic_write
+from mleforge.utils.memory import release_memory
 from mleforge.utils.quiet import quiet_libraries
 
 if TYPE_CHECKING:
@@ -176,6 +177,7 @@ def _run(plan: Plan, folder: Path, registry: TaskRegistry, progress: bool, rende
         checkpoint = last_checkpoint(folder / CHECKPOINTS_DIR)
         final, steps_done = _train_and_save(plan, folder, spec, buffer, executor, checkpoint, ranks, renderer=renderer,
                                             callbacks=callbacks, progress=progress and ranks.main, console=console)
+        release_memory()  # the GRPO trainer's, before the evaluation after loads its own model
         if ranks.main:
             stepwise_evaluation(plan, folder, f"hf:{final}", "after", registry, executor, progress, console=console)
     finally:
@@ -205,9 +207,11 @@ def set_up(plan: Plan, folder: Path, registry: TaskRegistry, executor: Executor,
         if collecting:
             collected = collect_expert(plan, folder, registry, executor, progress, console=console)
         before.wait()
+        release_memory()  # the evaluation's engine, before the warm start loads a model to train
         if buffer.sealed_step is None:
             seed_buffer(plan, folder, buffer, collected, registry, executor)
         spec = warm_start(plan, folder, collected, progress, console, apart=apart)
+        release_memory()  # the SFT trainer's model and optimizer (held in reference cycles) go now
         if config.warm_start_mode != "none" and config.stepwise.after_sft:  # the warm start's share of the change
             stepwise_evaluation(plan, folder, spec, "sft", registry, executor, progress, console=console)
         recover(folder, buffer)

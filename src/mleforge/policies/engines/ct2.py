@@ -38,6 +38,7 @@ from mleforge.policies.engines.base import Generation, Sample
 from mleforge.policies.engines.ct2_convert import convert_model, default_quantization
 from mleforge.policies.engines.transformers import eos_token_ids
 from mleforge.policies.extras import import_ctranslate2
+from mleforge.utils.memory import release_memory
 
 RAGGED_TOKENS = 16
 _SEED_LOCK = threading.Lock()  # set_random_seed is process-wide; see the module docstring
@@ -121,14 +122,18 @@ class Ct2Engine:
         """Replace the engine's weights by `model`'s (the trainer's, after an optimizer step):
         convert into a new temporary folder, load it, delete the old one if the engine owns it.
         The tokenizer and settings stay. Whatever fails, one folder is left: the old one if the
-        conversion failed, else the new one (which close deletes)."""
+        conversion failed (the engine loads it again), else the new one (which close deletes).
+        The old weights are let go before the conversion, not after it: they are of no use
+        while it runs, and holding them would add a whole model to the sync's peak memory."""
         quantization = self.quantization or default_quantization(self._device.split(":")[0])
         started = time.perf_counter()
         folder = _temporary_folder(self.temp_root)
+        self._generator = None
         try:
             convert_model(model, self._tokenizer, folder, quantization)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
+            self._load()  # the old weights again: the engine works as before the sync
             raise
         convert_s = time.perf_counter() - started
         old, old_owned = self._folder, self._owned
@@ -166,6 +171,23 @@ class Ct2Engine:
             out["last_sync"] = self.last_sync.to_dict()
         return out
 
+    def release(self) -> None:
+        """Let the weights go until the next `sync` loads new ones (the folder stays): what a
+        GRPO trainer calls after a step's rollouts when the next step syncs anyway, so that
+        the update does not run beside a whole idle copy of the model. Generating in between
+        is refused as after `close`."""
+        self._generator = None
+        release_memory()
+
+    @property
+    def released(self) -> bool:
+        """Whether `release` let the weights go (and no sync or `reload` has loaded any since)."""
+        return self._generator is None and self._folder.is_dir()
+
+    def reload(self) -> float:
+        """Load the weights of the last sync again after `release`; the seconds it took."""
+        return self._load()
+
     def close(self) -> None:
         self._generator = None
         if self._owned:
@@ -196,7 +218,7 @@ class Ct2Engine:
         ctranslate2 scores it: the log-softmax of the model's logits at temperature 1, before
         top-p (the temperature only shapes the sampling)."""
         if self._generator is None:
-            raise PolicyError("the ct2 engine was closed")
+            raise PolicyError("the ct2 engine was closed (or released until its next sync)")
         draws = 1 if sampling.greedy else n  # greedy decoding gives one answer
         plan = plan_groups([len(p) for p in prompts], draws, self._max_batch_size)
         samples: list[list[Sample]] = [[] for _ in prompts]

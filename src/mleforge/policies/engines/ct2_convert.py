@@ -5,10 +5,15 @@
 
 Conversion goes through ctranslate2's own `TransformersConverter`, handed the model we already
 hold. Two of its habits would harm a model that lives on (a trainer's): its loaders delete each
-layer's modules once read, and int8 quantization scales float32 weights in place. So it gets a
-structural copy whose parameters are copies (LoRA deltas merged into them, the original adapter
-left as it was), and the garbage collector's existing objects are frozen while it runs (it calls
-`gc.collect()` once per layer, and each collection walks every object of a process holding torch).
+layer's modules once read, and int8 (and int16) quantization scales float32 weights in place. So
+it gets a structural copy (LoRA deltas merged into copies of the adapted weights, the original
+adapter left as it was) whose other parameters are copies only where the conversion would change
+them in place: an integer quantization of a model that lives on. A float conversion, or a model
+that is discarded after (`keep_model=False`), shares the weights: a second float32 copy of the
+whole model would be the conversion's largest allocation. The garbage collector's existing
+objects are frozen while it runs (it calls `gc.collect()` once per layer, and each collection
+walks every object of a process holding torch), and what it freed goes back to the system after
+(mleforge.utils.memory).
 
 The cache: `<models root>/ct2/<name>-<weights hash>-<quantization>/`, keyed by the SHA-256 of
 the model folder's files and the adapter's. A conversion is written to a staging folder and
@@ -38,6 +43,7 @@ from mleforge.policies.bundled import MARKER, models_root, remove_stale_partials
 from mleforge.policies.engines.base import QUANTIZATIONS
 from mleforge.policies.engines.transformers import load_model
 from mleforge.policies.extras import import_ctranslate2
+from mleforge.utils.memory import release_memory
 from mleforge.utils.quiet import quiet_libraries
 
 if TYPE_CHECKING:
@@ -74,10 +80,12 @@ def config_class_converts(name: str) -> bool:
 # --- in memory ---
 
 
-def convert_model(model: Any, tokenizer: Any, folder: Path, quantization: str) -> Path:
+def convert_model(model: Any, tokenizer: Any, folder: Path, quantization: str, *,
+                  keep_model: bool = True) -> Path:
     """Write `model` (a transformers causal LM or a peft model, LoRA merged) as a ct2 model.
 
-    `folder` is replaced if it exists. The model and its adapter are left untouched.
+    `folder` is replaced if it exists. The model and its adapter are left untouched, unless
+    `keep_model` is False (the caller discards the model after: its weights may be changed).
     """
     ct2 = import_ctranslate2()
     from ctranslate2.converters import TransformersConverter
@@ -85,7 +93,8 @@ def convert_model(model: Any, tokenizer: Any, folder: Path, quantization: str) -
     if quantization not in QUANTIZATIONS:
         raise PolicyError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, "
                           f"got {quantization!r}")
-    plain = _detached_copy(_base_model(model))
+    in_place = keep_model and quantization.startswith("int")  # int8*, int16 scale weights in place
+    plain = _detached_copy(_base_model(model), copy_tensors=in_place)
     if not architecture_converts(plain.config):
         raise PolicyError(f"CTranslate2 {ct2.__version__} cannot convert "
                           f"{type(plain.config).__name__} models; use engine='transformers'")
@@ -101,6 +110,8 @@ def convert_model(model: Any, tokenizer: Any, folder: Path, quantization: str) -
         plain.config.save_pretrained(config_dir)  # the converter reads the config from a folder
         with _frozen_gc(), quiet_libraries():
             InMemory(config_dir).convert(str(folder), quantization=quantization, force=True)
+    plain = None  # the copy's own tensors (merged LoRA weights) go before the trim
+    release_memory()  # the converter's buffers, freed, would stay resident in the C heap
     return folder
 
 
@@ -109,26 +120,27 @@ def _base_model(model: Any) -> Any:
     return get_base() if callable(get_base) else model
 
 
-def _detached_copy(module: Any, copies: dict[int, Any] | None = None) -> Any:
-    """The module tree again, its parameters and buffers copied to the CPU (shared tensors
-    stay shared, so tied embeddings stay tied), each LoRA layer replaced by its base layer
-    with the active adapters' deltas merged into the copy."""
+def _detached_copy(module: Any, copies: dict[int, Any] | None = None, *, copy_tensors: bool = True) -> Any:
+    """The module tree again, its parameters and buffers on the CPU (copied when
+    `copy_tensors`, else the same tensors where they are on the CPU already; shared tensors
+    stay shared, so tied embeddings stay tied), each LoRA layer replaced by its base layer with
+    the active adapters' deltas merged into a copy of its weight."""
     copies = {} if copies is None else copies
     if _is_lora_layer(module):
-        return _merged_copy(module, copies)
+        return _merged_copy(module, copies, copy_tensors)
     new = copy.copy(module)
-    new._parameters = {k: _copied(v, copies) for k, v in module._parameters.items()}
-    new._buffers = {k: _copied(v, copies) for k, v in module._buffers.items()}
-    new._modules = {k: None if v is None else _detached_copy(v, copies)
+    new._parameters = {k: _copied(v, copies, copy_tensors) for k, v in module._parameters.items()}
+    new._buffers = {k: _copied(v, copies, copy_tensors) for k, v in module._buffers.items()}
+    new._modules = {k: None if v is None else _detached_copy(v, copies, copy_tensors=copy_tensors)
                     for k, v in module._modules.items()}
     return new
 
 
-def _copied(tensor: Any, copies: dict[int, Any]) -> Any:
+def _copied(tensor: Any, copies: dict[int, Any], copy_tensors: bool) -> Any:
     if tensor is None:
         return None
     if id(tensor) not in copies:
-        copies[id(tensor)] = tensor.detach().to("cpu", copy=True)
+        copies[id(tensor)] = tensor.detach().to("cpu", copy=copy_tensors)
     return copies[id(tensor)]
 
 
@@ -136,10 +148,10 @@ def _is_lora_layer(module: Any) -> bool:
     return hasattr(module, "lora_A") and hasattr(module, "get_base_layer")
 
 
-def _merged_copy(layer: Any, copies: dict[int, Any]) -> Any:
+def _merged_copy(layer: Any, copies: dict[int, Any], copy_tensors: bool) -> Any:
     import torch
 
-    base = _detached_copy(layer.get_base_layer(), copies)
+    base = _detached_copy(layer.get_base_layer(), copies, copy_tensors=copy_tensors)
     if layer.disable_adapters:
         return base
     adapters = [a for a in layer.active_adapters
@@ -225,8 +237,9 @@ def _build(config: HFConfig, source: Path, adapter: Path | None, folder: Path, d
     try:
         # float32 on the CPU: the weights exactly as saved, quantized by ctranslate2 itself.
         model, tokenizer = load_model(config, device="cpu", dtype="float32")
-        convert_model(model, tokenizer, staging, quantization)
+        convert_model(model, tokenizer, staging, quantization, keep_model=False)  # no copy: it goes now
         del model
+        release_memory()
         marker = {"weights_sha256": digest, "quantization": quantization,
                   "model": config.model, "adapter": str(adapter) if adapter else None,
                   "ctranslate2": import_ctranslate2().__version__,

@@ -12,7 +12,9 @@ each group's prompt `group_size` times in a row) and the trainer:
    generation and converted again at every step that is a multiple of `sync_every` (1:
    after each optimizer step). Which weights a step samples from is a function of the step
    alone, and `TrainConfig` keeps checkpoints on sync steps, so a resumed run samples from
-   the weights the uninterrupted run did.
+   the weights the uninterrupted run did. After a step's rollouts the engine lets its
+   weights go when the next step syncs anyway (sync_every 1: every step), so the update never
+   runs beside an idle float32 copy of the model; with a longer sync_every they stay loaded.
 2. Prompts. Each prompt is rendered with the training tokenizer's chat template as TRL
    renders its own; a run of identical rows (a group) is one input with `group_size`
    samples, so its prompt is prefilled once.
@@ -45,6 +47,7 @@ import torch
 
 from mleforge.policies.base import SamplingConfig
 from mleforge.policies.engines.ct2 import Ct2Engine, refresh_engine
+from mleforge.utils.memory import release_memory
 
 if TYPE_CHECKING:
     from mleforge.train.config import TrainConfig
@@ -123,15 +126,22 @@ class Ct2Rollout:
                     completion_ids[start + k] = list(sample.token_ids)
                     logprobs[start + k] = list(sample.logprobs or ())
         self._figures[step] = {"sync_s": round(sync_s, 3), "rollout_staleness": step - (self.synced_step or 0)}
+        if due_for_sync(step + 1, self.synced_step, self.sync_every):
+            engine.release()  # the next step converts new weights: none of these is used again
+        else:
+            release_memory()  # what generating freed, before the update allocates its activations
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids,
                 "logprobs": logprobs if self.logprobs else None}
 
     def refresh(self, model: Any, step: int, device: Any) -> float:
         """Hand the model's weights to the engine if step `step` is due (see due_for_sync);
         the seconds it took (0 when not due)."""
-        if not due_for_sync(step, self.synced_step, self.sync_every):
-            return 0.0
         started = time.perf_counter()
+        if not due_for_sync(step, self.synced_step, self.sync_every):
+            if self.engine is not None and self.engine.released:  # a step's rollouts asked for again
+                self.engine.reload()
+                return time.perf_counter() - started
+            return 0.0
         if self.engine is None:
             trained = SAME_TYPE.get(next(model.parameters()).dtype, "float32")
             quantization = self.quantization or trained

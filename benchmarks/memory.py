@@ -1,0 +1,284 @@
+"""Peak resident memory of each phase of the main job (`mleforge train`, cpu preset), in isolation.
+
+    python benchmarks/memory.py --out bench-out/memory.json                 # every phase
+    python benchmarks/memory.py --phases load,rollout_engine --out ...      # some of them
+    python benchmarks/memory.py --main-job --out ...                       # + the whole main job
+
+Each phase runs in a fresh Python process (`--phase NAME`, the same script); this process
+samples the resident set (RSS) of that process and of all its descendants every 50 ms and
+records the peak of the tree's sum (shared copy-on-write pages counted once per process, as
+a laptop's memory pressure sees them only approximately: an upper bound), the peak of the
+phase's own process, its ru_maxrss (the kernel's own peak of the biggest process, what
+`/usr/bin/time -v` reports as "Maximum resident set size"), and its wall time.
+
+Phases (the model is `--model`, the cpu preset's bundled Qwen2.5-Coder-0.5B by default):
+
+    imports          torch, transformers, trl, peft, ctranslate2 and mleforge's trainer imported
+    gguf_convert     a fresh clone's first use of the bundled model: its GGUF dequantized by transformers
+                     and saved as the float32 transformers folder every later load reads (into a temp root)
+    load             the training model as `mleforge train` loads it (float32 on a CPU) with LoRA
+    rollout_engine   load, then the GRPO rollouts' ct2 engine built from it at the training weights'
+                     type (the first sync) and synced once more (every later step's sync)
+    eval_conversion  the step-wise evaluation's ct2 conversion (int8) of the model, into an empty
+                     cache (what the evaluations after SFT and after GRPO do for their new weights)
+    eval_policy      the step-wise evaluation's policy loaded from that conversion (cached)
+    grpo             `mleforge train` with no warm start and no step-wise evaluation: GRPO alone
+                     (`--steps` steps: the trainer, its optimizer, the rollout engine, the pool)
+    sft              `mleforge train --sft auto` without the step-wise evaluation, one GRPO step:
+                     the template expert's collection, the SFT warm start, then the GRPO set-up
+    main_job         `mleforge train` itself (`--main-job`; its own run directory in a temp folder)
+
+Writes JSON to --out (benchmarks/_record.py's convention) and prints a table.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does, before torch loads
+
+import argparse
+import gc
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _record import print_table, table, write_result  # noqa: E402
+
+PHASES = ("imports", "gguf_convert", "load", "rollout_engine", "eval_conversion", "eval_policy", "grpo", "sft")
+MIB = 2**20
+SAMPLE_S = 0.05
+
+
+# --- the phases, each run in a process of its own -------------------------------------------------
+
+
+def _rss_mib() -> float:
+    import psutil
+
+    return round(psutil.Process().memory_info().rss / MIB, 1)
+
+
+def phase_imports(args: argparse.Namespace, marks: dict[str, float]) -> None:
+    import ctranslate2  # noqa: F401
+    import peft  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+    import trl  # noqa: F401
+
+    import mleforge.train.grpo.training  # noqa: F401
+
+
+def phase_gguf_convert(args: argparse.Namespace, marks: dict[str, float]) -> None:
+    from mleforge.policies.bundled import convert, get_bundled
+    from mleforge.policies.model_source import split_spec
+
+    kind, name = split_spec(args.model)
+    if kind != "bundled":
+        raise SystemExit(f"gguf_convert: --model {args.model} is not a bundled:NAME model")
+    with tempfile.TemporaryDirectory(prefix="mleforge-memory-gguf-") as root:
+        started = time.perf_counter()
+        convert(get_bundled(name), Path(root))
+        marks["convert_s"] = round(time.perf_counter() - started, 2)
+        marks["after_mib"] = _rss_mib()
+
+
+def _load(args: argparse.Namespace) -> Any:
+    import peft
+
+    from mleforge.train.config import ModelConfig
+    from mleforge.train.model import load_for_training
+
+    loaded = load_for_training(ModelConfig(spec=args.model, threads=args.threads))
+    return peft.get_peft_model(loaded.model, loaded.peft_config), loaded.tokenizer
+
+
+def phase_load(args: argparse.Namespace, marks: dict[str, float]) -> None:
+    model, _ = _load(args)
+    marks["loaded_mib"] = _rss_mib()
+
+
+def phase_rollout_engine(args: argparse.Namespace, marks: dict[str, float]) -> None:
+    from mleforge.policies.engines.ct2 import refresh_engine
+
+    model, tokenizer = _load(args)
+    marks["loaded_mib"] = _rss_mib()
+    with tempfile.TemporaryDirectory(prefix="mleforge-memory-") as scratch:
+        engine, report = refresh_engine(model, tokenizer, quantization="float32", device="cpu",
+                                        num_threads=args.threads, temp_root=scratch)
+        gc.collect()
+        marks["engine_built_mib"] = _rss_mib()
+        marks["first_sync_s"] = round(report.convert_s + report.load_s, 2)
+        _, report = refresh_engine(model, tokenizer, engine)
+        gc.collect()
+        marks["engine_synced_mib"] = _rss_mib()
+        marks["sync_s"] = round(report.convert_s + report.load_s, 2)
+        engine.close()
+
+
+def _eval_config(args: argparse.Namespace, cache: str) -> Any:
+    from mleforge.policies.hf_config import HFConfig
+    from mleforge.policies.model_source import resolve_model
+
+    source = resolve_model(args.model)
+    return HFConfig(model=source.base, ct2_cache=cache)
+
+
+def phase_eval_conversion(args: argparse.Namespace, marks: dict[str, float]) -> None:
+    from mleforge.policies.engines.ct2_convert import cached_conversion
+
+    with tempfile.TemporaryDirectory(prefix="mleforge-memory-ct2-") as cache:
+        started = time.perf_counter()
+        cached_conversion(_eval_config(args, cache), "int8")
+        marks["convert_s"] = round(time.perf_counter() - started, 2)
+        gc.collect()
+        marks["after_mib"] = _rss_mib()
+
+
+def phase_eval_policy(args: argparse.Namespace, marks: dict[str, float]) -> None:
+    from mleforge.eval.stages import make_local_policy
+
+    policy = make_local_policy(args.model, {"engine": "ct2", **({"num_threads": args.threads} if args.threads else {})})
+    marks["loaded_mib"] = _rss_mib()
+    policy.close()
+
+
+def _train(args: argparse.Namespace, marks: dict[str, float], **overrides: Any) -> None:
+    from mleforge.train.config import TrainConfig
+    from mleforge.train.recipe import train
+
+    config = TrainConfig.preset_config("cpu", model={"spec": args.model, "threads": args.threads},
+                                       stepwise={"enabled": False}, **overrides)
+    with tempfile.TemporaryDirectory(prefix="mleforge-memory-run-") as scratch:
+        started = time.perf_counter()
+        train(config, Path(scratch) / "run", progress=False)
+        marks["train_s"] = round(time.perf_counter() - started, 1)
+
+
+def phase_grpo(args: argparse.Namespace, marks: dict[str, float]) -> None:
+    _train(args, marks, warm_start="none", steps=args.steps)
+
+
+def phase_sft(args: argparse.Namespace, marks: dict[str, float]) -> None:
+    _train(args, marks, warm_start="auto", steps=1)
+
+
+def run_phase(name: str, args: argparse.Namespace) -> None:
+    """Run phase `name` here and print its marks as the last line (JSON)."""
+    marks: dict[str, float] = {"start_mib": _rss_mib()}
+    globals()[f"phase_{name}"](args, marks)
+    print(json.dumps(marks), flush=True)
+
+
+# --- the sampler ----------------------------------------------------------------------------------
+
+
+def sample_tree(command: list[str], *, check: bool = True) -> dict[str, Any]:
+    """Run `command`, sampling its process tree's RSS: the peaks (MiB), the kernel's ru_maxrss
+    of the biggest process, the wall time and the marks it printed last (JSON). A failure
+    ends the benchmark with its stderr's end (`check`), or is recorded with it."""
+    import psutil
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        root = psutil.Process(proc.pid)
+        peak_tree = peak_main = 0
+        timeline: list[list[float]] = []  # [seconds, tree MiB] once a second: where the peaks fall
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            now, tree = _sample(root)
+            peak_tree, peak_main = max(peak_tree, tree), max(peak_main, now)
+            elapsed = time.perf_counter() - started
+            if not timeline or elapsed - timeline[-1][0] >= 1.0:
+                timeline.append([round(elapsed, 1), round(tree / MIB)])
+            time.sleep(SAMPLE_S)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        printed, errors = out.read(), err.read()
+    if proc.returncode != 0 and check:
+        raise SystemExit(f"{' '.join(command)} failed ({proc.returncode}):\n{errors[-4000:]}")
+    last = printed.strip().splitlines()[-1:]
+    marks = json.loads(last[0]) if last and last[0].startswith("{") else {}
+    return {"peak_tree_mib": round(peak_tree / MIB, 1), "peak_main_mib": round(peak_main / MIB, 1),
+            "maxrss_mib": round(usage.ru_maxrss / 1024, 1), "wall_s": round(wall, 1), "marks": marks,
+            "timeline": timeline, "exit_code": proc.returncode,
+            **({"stderr_tail": errors[-2000:]} if proc.returncode else {})}
+
+
+def _sample(root: Any) -> tuple[int, int]:
+    """(the root process's RSS, the sum over it and its descendants), in bytes."""
+    import psutil
+
+    try:
+        members = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0, 0
+    own = total = 0
+    for member in members:
+        try:
+            rss = member.memory_info().rss
+        except psutil.Error:
+            continue
+        total += rss
+        if member.pid == root.pid:
+            own = rss
+    return own, total
+
+
+def measure_phase(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--phase", name, "--model", args.model, "--steps", str(args.steps)]
+    if args.threads:
+        command += ["--threads", str(args.threads)]
+    return {"phase": name, **sample_tree(command)}
+
+
+def measure_main_job(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="mleforge-memory-run-") as scratch:
+        command = [sys.executable, "-m", "mleforge", "train", "--run-dir", str(Path(scratch) / "run"),
+                   *args.train_args]
+        result = sample_tree(command, check=False)  # a run that fails late still shows its memory
+    return {"phase": "main_job", **result}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, of {', '.join(PHASES)}")
+    parser.add_argument("--model", default="bundled:qwen2.5-coder-0.5b")
+    parser.add_argument("--threads", type=int, default=None, help="torch and ct2 threads (none: their default)")
+    parser.add_argument("--steps", type=int, default=2, help="GRPO steps of the grpo phase")
+    parser.add_argument("--main-job", action="store_true", help="also measure `mleforge train` itself")
+    parser.add_argument("--train-args", nargs=argparse.REMAINDER, default=[],
+                        help="arguments after this go to `mleforge train` (--main-job)")
+    parser.add_argument("--phase", help=argparse.SUPPRESS)  # run one phase here (the sampled process)
+    parser.add_argument("--out", default=None, help="write the JSON record here")
+    args = parser.parse_args(argv)
+    if args.phase:
+        run_phase(args.phase, args)
+        return
+    names = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = sorted(set(names) - set(PHASES))
+    if unknown:
+        parser.error(f"--phases: unknown {', '.join(unknown)}; choose from {', '.join(PHASES)}")
+    rows = [measure_phase(name, args) for name in names]
+    if args.main_job:
+        rows.append(measure_main_job(args))
+    shown = table(f"Peak resident memory per phase ({args.model})",
+                  ["phase", "peak tree MiB", "peak process MiB", "max RSS MiB", "wall s", "marks"],
+                  [[r["phase"], r["peak_tree_mib"], r["peak_main_mib"], r["maxrss_mib"], r["wall_s"],
+                    ", ".join(f"{k} {v}" for k, v in r["marks"].items())] for r in rows])
+    write_result(args.out, "memory", shown, phases=rows, model=args.model)
+    print_table(shown)
+
+
+if __name__ == "__main__":
+    main()

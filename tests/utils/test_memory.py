@@ -1,0 +1,68 @@
+"""mleforge.utils.memory.release_memory, and benchmarks/memory.py's sampler, on real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.benchmark_module import load_benchmark
+
+pytest.importorskip("psutil")  # the train extra's (accelerate depends on it)
+
+glibc = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's")
+
+# Freed 1 MiB blocks that glibc keeps in its heap (a freed 16 MiB block raised the mmap threshold
+# above 1 MiB), the last one allocated kept alive so that the heap cannot shrink from its top.
+RETAINED = textwrap.dedent("""
+    import ctypes, psutil
+    from mleforge.utils.memory import release_memory
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.free(libc.malloc(16 << 20))
+    blocks = [libc.malloc(1 << 20) for _ in range(400)]
+    for block in blocks:
+        ctypes.memset(block, 1, 1 << 20)
+    for block in blocks[:-1]:
+        libc.free(block)
+    rss = lambda: psutil.Process().memory_info().rss >> 20
+    held = rss()
+    trimmed = release_memory()
+    print(held, rss(), trimmed)
+""")
+
+
+@glibc
+def test_release_memory_gives_the_heaps_free_pages_back():
+    out = subprocess.run([sys.executable, "-c", RETAINED], capture_output=True, text=True, check=True).stdout
+    held, after, trimmed = out.split()
+    assert trimmed == "True"
+    assert int(held) - int(after) >= 300  # of the ~399 MiB freed but held
+
+
+def test_the_sampler_sees_the_process_tree_peak_and_the_marks(tmp_path):
+    bench = load_benchmark("memory")
+    script = tmp_path / "two.py"
+    script.write_text(textwrap.dedent("""
+        import subprocess, sys, time
+        own = bytearray(150 << 20)  # zero pages are not resident until written
+        own[::4096] = b"x" * len(own[::4096])
+        child = "b = bytearray(250 << 20); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(1.5)"
+        subprocess.run([sys.executable, "-c", child], check=True)
+        print('{"done": 1}')
+    """))
+    result = bench.sample_tree([sys.executable, str(script)])
+    assert result["marks"] == {"done": 1}
+    assert 150 <= result["peak_main_mib"] < 300
+    assert result["peak_tree_mib"] >= 400  # the parent's 150 MiB and the child's 250 at once
+    assert result["maxrss_mib"] >= 250  # the kernel's peak of the biggest process: the child's
+    assert result["timeline"] and result["timeline"][0][0] >= 0
+
+
+def test_a_failing_phase_says_why(tmp_path):
+    bench = load_benchmark("memory")
+    with pytest.raises(SystemExit, match="no such phase here"):
+        bench.sample_tree([sys.executable, "-c", "import sys; sys.exit('no such phase here')"])
