@@ -84,3 +84,12 @@ def test_run_with_feedback_none_records_the_protocol(tmp_path):
     assert [n["score"] for n in journal["nodes"]] == [None] and journal["nodes"][0]["valid"]
     bad = run("run", "--task", "penguins", "--feedback", "private", data_root=tmp_path, check=False)
     assert bad.returncode == 2 and "invalid choice: 'private'" in bad.stderr
+
+
+def test_leaderboard_check_of_a_sample(tmp_path):
+    done = json.loads(run("tasks", "leaderboard", "penguins", "--check", "--sample", "3", "--json",
+                          data_root=tmp_path).stdout)
+    assert [(r["id"], r["same"], r["differences"]) for r in done] == [("penguins", True, [])]
+    refused = run("tasks", "leaderboard", "penguins", "--sample", "3", data_root=tmp_path, check=False)
+    assert refused.returncode != 0
+    assert "--sample checks part of a committed leaderboard: use it with --check" in refused.stderr

@@ -29,6 +29,11 @@ from mleforge.tasks.spec import load_task_spec
 BUILTIN_IDS = sorted(load_task_spec(p.parent).id for p in BUILTIN_DIR.glob("*/task.yaml"))
 # Leaderboards slow to rebuild (`python benchmarks/prepare_and_grade.py` times each build).
 SLOW = {"chicago-ridership", "food-reviews", "hotel-rates", "house-prices", "leaf-species", "mnist-5k", "titanic"}
+# The slow boards (SAMPLED) are checked on this many entries spread over their ranks (best, worst and
+# evenly between: `mleforge tasks leaderboard --check --sample 8`); the rest in full.
+SLOW_SAMPLE = 8
+# Boards not marked slow whose full rebuild still takes over 10 s on two cores: sampled too.
+SAMPLED = SLOW | {"digits", "poverty-attitudes", "telco-churn"}
 
 
 @pytest.fixture()
@@ -53,7 +58,8 @@ def rebuilt(request, tmp_path_factory):
                            if getattr(item, "originalname", None) == "test_committed_leaderboard_rebuilds")
     data_dir = tmp_path_factory.mktemp("rebuilt") / "data"
     pool = ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1)), thread_name_prefix="rebuild")
-    futures = {task_id: pool.submit(lambda t: lb.check_leaderboard(_builtin(t, data_dir)), task_id)
+    futures = {task_id: pool.submit(lambda t: lb.check_leaderboard(_builtin(t, data_dir),
+                                                                   sample=SLOW_SAMPLE if t in SAMPLED else None), task_id)
                for task_id in wanted}
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
@@ -293,6 +299,41 @@ def test_write_and_check_leaderboard(tmp_path, data_dir, monkeypatch):
     lines = task.spec.leaderboard_path.read_text().splitlines()
     task.spec.leaderboard_path.write_text("\n".join([lines[0], lines[1].replace("0.", "0.0"), lines[2]]) + "\n")
     assert lb.check_leaderboard(task, pinned=False)[0].startswith("entry tree-d2: committed")
+
+
+def test_spread_entries_takes_the_best_the_worst_and_evenly_between():
+    board = pd.DataFrame({"entry": [f"e{i}" for i in range(10)], "score": np.linspace(1, 0, 10)})
+    assert lb.spread_entries(board, 4) == ["e0", "e3", "e6", "e9"]  # ranks 0, 3, 6, 9 of 0..9
+    assert lb.spread_entries(board, 3) == ["e0", "e4", "e9"]  # round(4.5) = 4 (to even)
+    assert lb.spread_entries(board, 1) == ["e0"]
+    assert lb.spread_entries(board, 12) == board["entry"].tolist()
+    with pytest.raises(ConfigError, match="at least 1 entry, got 0"):
+        lb.spread_entries(board, 0)
+
+
+def test_a_sampled_check_rebuilds_only_the_sample(tmp_path, data_dir, monkeypatch):
+    folder = tmp_path / "tasks" / "penguins"
+    shutil.copytree(BUILTIN_DIR / "penguins", folder, ignore=shutil.ignore_patterns("leaderboard*"))
+    task = TaskRegistry([folder], include_builtin=False, data_dir=data_dir, mlebench=False).get("penguins")
+    small = [ReferenceSolution("constant-prior", "constant", {"strategy": "prior"}),
+             ReferenceSolution("tree-d1", "tree", {"max_depth": 1}),
+             ReferenceSolution("tree-d2", "tree", {"max_depth": 2})]
+    monkeypatch.setattr(rb, "solution_grid", lambda task: small)
+    lb.write_leaderboard(task, lb.build_leaderboard(task, pinned=False))
+    committed = task.leaderboard()["entry"].tolist()
+    seen = []
+    assert lb.check_leaderboard(task, progress=lambda d, t, name: seen.append(name), pinned=False, sample=2) == []
+    assert sorted(seen) == sorted([committed[0], committed[-1]])  # the middle entry was not built
+    # A changed score of a sampled entry is found; one of an entry left out is not looked at.
+    lines = task.spec.leaderboard_path.read_text().splitlines()
+    middle = lines[2].split(",")
+    lines[2] = f"{middle[0]},{float(middle[1]) / 2:.5f}"
+    task.spec.leaderboard_path.write_text("\n".join(lines) + "\n")
+    assert lb.check_leaderboard(task, pinned=False, sample=2) == []
+    assert lb.check_leaderboard(task, pinned=False)[0].startswith(f"entry {middle[0]}: committed")
+    with pytest.raises(ConfigError, match="penguins's reference grid has no entry nope; its entries: "
+                                          "constant-prior, tree-d1, tree-d2"):
+        lb.build_leaderboard(task, pinned=False, entries=["nope"])
 
 
 def test_a_folder_task_builds_in_the_pinned_child(tmp_path, data_dir):

@@ -13,6 +13,7 @@ from mleforge.cli.options import (
     task_registry,
 )
 from mleforge.cli.output import REPORT_COLUMNS, err_console, print_json, print_table, report_row
+from mleforge.errors import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = tsub.add_parser("leaderboard", parents=[common()], help="build a reference leaderboard from a seeded grid of solutions")
     add_selection(p)
     p.add_argument("--check", action="store_true", help="rebuild and compare with the committed file; exit 1 on a difference")
+    p.add_argument("--sample", type=int, metavar="K",
+                   help="with --check: rebuild only K entries spread over the committed board (best, worst, evenly between)")
     p.set_defaults(func=cmd_tasks_leaderboard)
 
     p = tsub.add_parser("solve", parents=[common()], help="run a reference solution on tasks and grade its submission")
@@ -124,6 +127,9 @@ def cmd_tasks_leaderboard(args: argparse.Namespace) -> int:
     )
     from mleforge.tasks.preparation import prepare
 
+    if args.sample is not None and not args.check:
+        raise ConfigError("--sample checks part of a committed leaderboard: use it with --check "
+                          "(a build always runs the whole grid)")
     tasks = selected(args, task_registry(args))
     out, failed = [], False
     with Progress(console=err_console, transient=True, disable=args.json) as progress:
@@ -133,7 +139,7 @@ def cmd_tasks_leaderboard(args: argparse.Namespace) -> int:
             prepare(task)
             start = time.perf_counter()
             if args.check:
-                diffs = check_leaderboard(task)
+                diffs = check_leaderboard(task, sample=args.sample)
                 failed |= bool(diffs)
                 out.append({"id": task.id, "same": not diffs, "differences": diffs})
             else:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,15 @@ from mleforge.tasks.task import Task
 
 
 def build_in_child(
-    task: Task, env: Mapping[str, str], progress: Progress | None = None
+    task: Task, env: Mapping[str, str], progress: Progress | None = None, entries: Collection[str] | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The board's rows (`entry`, `score`) and the child's `numerics()`."""
+    """The board's rows (`entry`, `score`; only the `entries` named, when given) and the
+    child's `numerics()`."""
     command = [sys.executable, "-m", "mleforge.reference.pinned", task.id, "--data-dir", str(task.data_dir.parent)]
     if task.kind == "folder":
         command += ["--tasks-dir", str(task.spec.folder)]
+    for entry in entries if entries is not None else ():
+        command += ["--entry", entry]
     env = dict(env)
     # The child imports this very mleforge, and sees no other task folders.
     package_root = str(Path(mleforge.__file__).resolve().parents[1])
@@ -76,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("task")
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--tasks-dir")
+    parser.add_argument("--entry", action="append", dest="entries", help="build only this entry (repeatable)")
     args = parser.parse_args(argv)
 
     from mleforge.reference.board import build_here
@@ -89,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         folders = [args.tasks_dir] if args.tasks_dir else []
         registry = TaskRegistry(folders, include_builtin=not folders, data_dir=args.data_dir, mlebench=False)
         board = build_here(registry.get(args.task),
-                           progress=lambda done, total, entry: say({"done": done, "total": total, "entry": entry}))
+                           progress=lambda done, total, entry: say({"done": done, "total": total, "entry": entry}),
+                           entries=args.entries)
         say({"board": board.to_dict(orient="records"), "numerics": numerics()})
         return 0
     except MleforgeError as exc:
