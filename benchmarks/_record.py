@@ -152,10 +152,16 @@ def write_result(path: str | Path | None, benchmark: str, result_table: dict[str
 
 def print_table(result_table: Mapping[str, Any]) -> None:
     """The table on the terminal as the CLI prints its own (mleforge.cli.output), floats to 4
-    significant digits as the results page shows them."""
+    significant digits as the results page shows them; piped (a log), wide enough that a
+    benchmark's many columns are not cut."""
+    from rich.console import Console
+
     from mleforge.cli.output import print_table as show
 
-    show(result_table["title"], result_table["columns"], result_table["rows"], precision=4)
+    out = Console()
+    if not out.is_terminal:
+        out.width = max(out.width, 200)
+    show(result_table["title"], result_table["columns"], result_table["rows"], precision=4, out=out)
 
 
 def print_tables(record: Mapping[str, Any]) -> None:

@@ -70,15 +70,16 @@ def fmt(value: Any, precision: int = 5) -> str:
     return str(value)
 
 
-def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], precision: int = 5) -> None:
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], precision: int = 5,
+                out: Console | None = None) -> None:
     """A table whose title, headers and cells print literally (see the module docstring); floats
-    to `precision` significant digits."""
+    to `precision` significant digits; on `out` (default: stdout's console)."""
     table = Table(title=safe_text(title, style="table.title"), show_lines=False)
     for column in columns:
         table.add_column(safe_text(str(column)))
     for row in rows:
         table.add_row(*(safe_text(fmt(v, precision)) for v in row))
-    console.print(table)
+    (out or console).print(table)
 
 
 # One row per graded submission, as `grade`, `exec`, `tasks solve` and `run` print it.
