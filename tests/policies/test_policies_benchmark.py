@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.benchmark_module import ROOT, load_benchmark
+from tests.benchmark_module import ROOT, assert_convention, load_benchmark
 from tests.policies.test_bundled_models import skip_unless_installed
 
 bench = load_benchmark("policies")
@@ -52,12 +52,6 @@ def header(tokens=64, prompts=None):
     return {"tokens": tokens, "prompt_sha256": prompts or {"short": "a", "improve": "b"}, "import_s": 2.5}
 
 
-def assert_convention(saved):
-    assert list(saved)[:3] == ["benchmark", "meta", "table"] and saved["benchmark"] == "policies"
-    assert set(saved["meta"]) == {"command", "date", "commit", "machine"}
-    for shown in [saved["table"], *saved["tables"]]:
-        assert all(len(r) == len(shown["columns"]) for r in shown["rows"])
-
 
 def test_report_is_written_whole_after_each_save(tmp_path):
     out = tmp_path / "report.json"
@@ -71,7 +65,7 @@ def test_report_is_written_whole_after_each_save(tmp_path):
     saved = json.loads(out.read_text())
     assert saved["complete"] is True and saved["results"][0]["engines"][0]["runs"][0]["size"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no temporary file left
-    assert_convention(saved)
+    assert_convention(saved, "policies", script="")
     assert saved["table"]["title"] == "Getting ready (seconds; importing torch + transformers: 2.5)"
     assert saved["table"]["rows"] == [["m", "cached", 3.2, "e", 2, "-", 1.0]]
     speed = saved["tables"][0]
@@ -91,7 +85,7 @@ def test_resume_keeps_rows_of_unchanged_prompts_only(tmp_path):
     report.start_model({"model": "m", "assemble_s": None, "hf_convert_s": None, "engines": []})
     report.add({**report.earlier("m", "e", 2), "convert_s": None, "load_s": 1.0})
     saved = json.loads(out.read_text())
-    assert_convention(saved)
+    assert_convention(saved, "policies", script="")
     assert saved["table"]["rows"] == [["m", "cached", "cached", "e", 2, "-", 1.0]]
     assert report.earlier("m", "other", 2) is None
     assert bench.Report(out, header(), resume=False).earlier("m", "e", 2) is None
@@ -126,7 +120,7 @@ def test_a_real_run_resumes_and_skips_over_budget(tmp_path):
     out = tmp_path / "smol.json"
     first, log = run_benchmark(out, "--batches", "1")
     assert first["complete"] is True
-    assert_convention(first)
+    assert_convention(first, "policies")
     assert first["meta"]["command"].startswith("python benchmarks/policies.py --models smollm2-135m")
     (engine,) = first["results"][0]["engines"]
     (measured,) = engine["runs"]
