@@ -125,7 +125,7 @@ def verdict(vs_base: Mapping[str, Any] | None, null: Mapping[str, Any] | None = 
 
 
 def table(results: Mapping[str, Any]) -> dict[str, Any]:
-    """RULES.md's table of the configurations finished."""
+    """The table of the configurations finished (the results page's, benchmarks/_record.py)."""
     columns = ["config", "steps x groups", "val reward", "after - start [95% CI]", "config - base [95% CI]",
                "verdict", "train reward/rollout", "groups no valid"]
     rows = []

@@ -36,8 +36,8 @@ run, the seed as the unit).
 
 Resumable per seed: a seed's entry is appended to --out when both its runs are evaluated, and
 skipped when present; a later call with more --seeds adds seeds; runs and evaluations cut short
-continue from <work>. JSON to --out (with RULES.md's meta and table), a table, and a plot
-(<out>.png) where matplotlib is installed.
+continue from <work>. JSON to --out (benchmarks/_record.py's convention at every write: meta and
+the table of the seeds finished), a table, and a plot (<out>.png) where matplotlib is installed.
 """
 
 from __future__ import annotations
