@@ -15,6 +15,19 @@ from _record import stamp, table, write_json
 RESERVED = ("benchmark", "meta", "table", "tables")
 
 
+def add_shared_flags(parser: Any, name: str) -> None:
+    """The flags both scripts take; `name` is the script's (its default --root: bench-out/NAME)."""
+    parser.add_argument("--policies", default="template,bundled:qwen2.5-coder-0.5b")
+    parser.add_argument("--tasks", default="lite", help="lite | all | comma-separated task ids")
+    parser.add_argument("--steps", default="3", help="per policy, comma-separated, or one for all")
+    parser.add_argument("--budget-s", default="0", help="wall-time budget per policy in seconds (0: none)")
+    parser.add_argument("--run-timeout", type=float, help="per-execution limit (default: the task's)")
+    parser.add_argument("--threads", type=int, help="torch threads for local models")
+    parser.add_argument("--max-new-tokens", type=int, default=700)
+    parser.add_argument("--root", default=f"bench-out/{name}", help="run folders go here (resumable)")
+    parser.add_argument("--out", type=Path, help="JSON results, updated after every policy")
+
+
 def per_policy(text: str, n: int, kind: type) -> list[Any]:
     """One value for every policy, or one per policy, comma-separated."""
     values = [kind(v) for v in text.split(",")]

@@ -33,7 +33,14 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from _policy_tables import load_results, per_policy, per_task_table, policies_of, write_results
+from _policy_tables import (
+    add_shared_flags,
+    load_results,
+    per_policy,
+    per_task_table,
+    policies_of,
+    write_results,
+)
 from _record import print_tables, table
 from mleforge.reward.components import CASES as OUTCOMES
 from mleforge.tasks.preparation import prepare
@@ -196,17 +203,9 @@ def tables(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--policies", default="template,bundled:qwen2.5-coder-0.5b")
-    parser.add_argument("--tasks", default="lite", help="lite | all | comma-separated task ids")
+    add_shared_flags(parser, "agent")
     parser.add_argument("--seeds", type=int, default=1)
-    parser.add_argument("--steps", default="3", help="per policy, comma-separated, or one for all")
-    parser.add_argument("--budget-s", default="0", help="wall-time budget per policy in seconds (0: none)")
     parser.add_argument("--executor", default="local", help="sandbox backend for the runs (default local)")
-    parser.add_argument("--run-timeout", type=float, help="per-execution limit (default: the task's)")
-    parser.add_argument("--threads", type=int, help="torch threads for local models")
-    parser.add_argument("--max-new-tokens", type=int, default=700)
-    parser.add_argument("--root", default="bench-out/agent", help="run directories go here")
-    parser.add_argument("--out", type=Path, help="JSON results, updated after every policy")
     args = parser.parse_args()
     registry = TaskRegistry()
     tasks = [t.id for t in registry.select(args.tasks)]

@@ -20,7 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _policy_tables import load_results, per_policy, per_task_table, policies_of, write_results
+from _policy_tables import (
+    add_shared_flags,
+    load_results,
+    per_policy,
+    per_task_table,
+    policies_of,
+    write_results,
+)
 from _record import print_tables, table
 from mleforge.eval.config import EvalConfig
 from mleforge.eval.progress import RichGridProgress
@@ -98,17 +105,9 @@ def tables(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--policies", default="template,bundled:qwen2.5-coder-0.5b")
-    parser.add_argument("--tasks", default="lite", help="task selector (default: lite)")
+    add_shared_flags(parser, "eval_lite")
     parser.add_argument("--seeds", default="3", help="per policy, comma-separated, or one for all")
-    parser.add_argument("--steps", default="3", help="per policy, comma-separated, or one for all")
-    parser.add_argument("--budget-s", default="0", help="wall-time budget per policy in seconds (0: none)")
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--run-timeout", type=float, help="per-execution limit (default: the task's)")
-    parser.add_argument("--threads", type=int, help="torch threads for local models")
-    parser.add_argument("--max-new-tokens", type=int, default=700)
-    parser.add_argument("--root", default="bench-out/eval_lite", help="evaluation folders go here")
-    parser.add_argument("--out", type=Path, help="JSON results, updated per policy")
     args = parser.parse_args()
     policies = policies_of(args.policies)
     seeds = per_policy(args.seeds, len(policies), int)
