@@ -140,10 +140,12 @@ def write_json(path: str | Path, record: Mapping[str, Any], indent: int = 2) -> 
     atomic_write(path, json.dumps(record, indent=indent, default=str) + "\n")
 
 
-def write_result(path: str | Path | None, benchmark: str, result_table: dict[str, Any],
+def write_result(path: str | Path | None, benchmark: str, result_table: dict[str, Any], /,
                  argv: Sequence[str] | None = None, **extra: Any) -> dict[str, Any]:
     """The benchmark's record (`benchmark`, `meta`, `table`, then `extra`, where `tables` holds
-    any further tables), written as JSON to `path` when one is given; returned either way."""
+    any further tables), written as JSON to `path` when one is given; returned either way. A
+    result that names its benchmark (or holds an old meta or table) may be passed whole as
+    `extra`: the convention's keys are this call's."""
     record = stamp(extra, benchmark, result_table, argv)
     if path is not None:
         write_json(path, record)
