@@ -141,7 +141,7 @@ def _leak_check(pool, task, runs: int) -> dict:
     elapsed = time.perf_counter() - start
     for result in results:
         pool.discard(result)
-    (zygote,) = [z for z in pool.zygotes if z["key"][-2] == limits.cpus]  # key: (..., cpus, isolation)
+    (zygote,) = [z for z in pool.zygotes if z["key"][-3] == limits.cpus]  # key: (..., cpus, isolation, masks)
     expected = 2 if pool.isolation == "bwrap" else 0  # bwrap's monitor and init, then the zygote
     for _ in range(100):
         if len(_descendants(zygote["pid"])) == expected:
