@@ -33,14 +33,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from _policy_tables import (
-    add_shared_flags,
-    load_results,
-    per_policy,
-    per_task_table,
-    policies_of,
-    write_results,
-)
+import _policy_tables as policy_bench
 from _record import print_tables, table
 from mleforge.reward.components import CASES as OUTCOMES
 from mleforge.tasks.preparation import prepare
@@ -197,13 +190,13 @@ def tables(results: dict[str, Any]) -> list[dict[str, Any]]:
         return (f"{round(t['valid_rate'] * t['runs'])}/{t['runs']}  best {fmt(t['best_score'], 4)}"
                 f"  norm {fmt(t['normalized_score_valid_runs'], 3)}")
 
-    return [summary, per_task_table("per task: valid runs, best score, normalized score of the valid runs", results,
-                                    cell)]
+    per_task = "per task: valid runs, best score, normalized score of the valid runs"
+    return [summary, policy_bench.per_task_table(per_task, results, cell)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_shared_flags(parser, "agent")
+    policy_bench.add_shared_flags(parser, "agent")
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--executor", default="local", help="sandbox backend for the runs (default local)")
     args = parser.parse_args()
@@ -211,14 +204,14 @@ def main() -> None:
     tasks = [t.id for t in registry.select(args.tasks)]
     for task_id in tasks:  # once here (a no-op when intact), not raced by the runs
         prepare(registry.get(task_id))
-    policies = policies_of(args.policies)
-    steps = per_policy(args.steps, len(policies), int)
-    budgets = per_policy(args.budget_s, len(policies), float)
-    results = load_results(args.out)
+    policies = policy_bench.policies_of(args.policies)
+    steps = policy_bench.per_policy(args.steps, len(policies), int)
+    budgets = policy_bench.per_policy(args.budget_s, len(policies), float)
+    results = policy_bench.load_results(args.out)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as progress:
         for policy, n, budget in zip(policies, steps, budgets):
             results[policy] = evaluate(policy, n, budget, tasks, args, progress)
-            record = write_results(args.out, "agent", results, tables(results))
+            record = policy_bench.write_results(args.out, "agent", results, tables(results))
     print_tables(record)
 
 

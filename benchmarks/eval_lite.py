@@ -20,14 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _policy_tables import (
-    add_shared_flags,
-    load_results,
-    per_policy,
-    per_task_table,
-    policies_of,
-    write_results,
-)
+import _policy_tables as policy_bench
 from _record import print_tables, table
 from mleforge.eval.config import EvalConfig
 from mleforge.eval.progress import RichGridProgress
@@ -99,24 +92,24 @@ def tables(results: dict[str, Any]) -> list[dict[str, Any]]:
             return f"no valid ({t['valid']}/{t['runs']})"
         return f"{t['best']:.4g} / {t['avg']:.4g} ({t['valid']}/{t['runs']})"
 
-    return [metrics, per_task_table("per task: Best / Avg of the final scores (valid runs / finished runs)", results,
-                                    cell)]
+    per_task = "per task: Best / Avg of the final scores (valid runs / finished runs)"
+    return [metrics, policy_bench.per_task_table(per_task, results, cell)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_shared_flags(parser, "eval_lite")
+    policy_bench.add_shared_flags(parser, "eval_lite")
     parser.add_argument("--seeds", default="3", help="per policy, comma-separated, or one for all")
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
-    policies = policies_of(args.policies)
-    seeds = per_policy(args.seeds, len(policies), int)
-    steps = per_policy(args.steps, len(policies), int)
-    budgets = per_policy(args.budget_s, len(policies), float)
-    results = load_results(args.out)
+    policies = policy_bench.policies_of(args.policies)
+    seeds = policy_bench.per_policy(args.seeds, len(policies), int)
+    steps = policy_bench.per_policy(args.steps, len(policies), int)
+    budgets = policy_bench.per_policy(args.budget_s, len(policies), float)
+    results = policy_bench.load_results(args.out)
     for policy, k, n, budget in zip(policies, seeds, steps, budgets):
         results[policy] = evaluate(policy, k, n, budget, args)
-        record = write_results(args.out, "eval_lite", results, tables(results))
+        record = policy_bench.write_results(args.out, "eval_lite", results, tables(results))
     print_tables(record)
 
 
