@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import platform
-import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "benchmarks") not in sys.path:  # _record, curriculum_real: scripts beside this one
+    sys.path.append(str(ROOT / "benchmarks"))
+from _record import print_table, stamp, write_json  # noqa: E402
+
 VALIDATION_FIRST_SEED = 1000  # the held-apart episodes' seeds: far from the runs' collect seeds (0, 1, ...)
 # Each held-apart set's episodes: the sweep chooses settings on "validation", learning.py reports
 # the training reward on "probe"; apart, so that a probe figure is not measured on the very
@@ -44,10 +44,17 @@ HELD_APART = {"validation": ("held-apart", VALIDATION_FIRST_SEED), "probe": ("pr
 
 class Results:
     """A JSON file of finished pieces ({"done": {key: entry}} plus the benchmark's header), written
-    atomically after each one. A key present was finished by this or an earlier call: skip it."""
+    atomically after each one. A key present was finished by this or an earlier call: skip it.
 
-    def __init__(self, path: Path, benchmark: str, settings: Mapping[str, Any]):
-        self.path = Path(path)
+    Every write puts the file in benchmarks/_record.py's convention: `benchmark`, this call's
+    `meta` and `table_of(data)` (the table of what is finished so far) first. A file written
+    before the convention (no meta, no table) continues as any other and gains them on its next
+    write. The meta of the calls before this one moves to `earlier_meta`: the pieces they
+    finished were measured by the commits they name."""
+
+    def __init__(self, path: Path, benchmark: str, settings: Mapping[str, Any],
+                 table_of: Callable[[Mapping[str, Any]], dict[str, Any]], argv: Sequence[str] | None = None):
+        self.path, self.benchmark, self.table_of, self.argv = Path(path), benchmark, table_of, argv
         settings = json.loads(json.dumps(settings, default=str))  # as the file holds them
         self.data: dict[str, Any] = {"benchmark": benchmark, "settings": settings, "done": {}}
         if self.path.is_file():
@@ -59,6 +66,8 @@ class Results:
                                  if saved.get("settings", {}).get(k) != settings.get(k))
                 raise ValueError(f"{self.path} was made with other settings ({', '.join(changed)}); give the same "
                                  "ones to continue it, or another --out")
+            if "meta" in saved:
+                saved["earlier_meta"] = [*saved.get("earlier_meta", []), saved.pop("meta")]
             self.data = saved
 
     @property
@@ -83,23 +92,9 @@ class Results:
         self.write()
 
     def write(self, **top: Any) -> None:
-        from mleforge.utils.atomic import atomic_write
-
         self.data.update(top)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, json.dumps(self.data, indent=1, default=str))
-
-
-def meta(argv: Sequence[str] | None = None) -> dict[str, str]:
-    """RULES.md's meta: the command, the date, the commit, the machine."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                check=False).stdout.strip()
-    except OSError:
-        commit = ""
-    return {"command": " ".join(["python", *(sys.argv if argv is None else ["benchmarks/...", *argv])]),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit or "unknown",
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"}
+        self.data = stamp(self.data, self.benchmark, self.table_of(self.data), self.argv)
+        write_json(self.path, self.data, indent=1)
 
 
 # --- the paired statistics -------------------------------------------------------------------------
@@ -149,8 +144,6 @@ class Shared:
 
 
 def curriculum_real() -> Any:
-    if str(ROOT / "benchmarks") not in sys.path:
-        sys.path.append(str(ROOT / "benchmarks"))
     import curriculum_real as module
 
     return module
@@ -325,3 +318,20 @@ def base_config(args: Any, work: Path) -> Any:
     args.steps = getattr(args, "steps", None)
     args.groups_per_step = None
     return curriculum_real().base_config(args, work)
+
+
+def run_main(run: Callable[..., dict[str, Any]], args: Any, argv: Sequence[str],
+             notes: Callable[[Mapping[str, Any]], Sequence[str]]) -> dict[str, Any]:
+    """Both scripts' main after parsing: `run(args, argv=argv)` (a refused setting or a broken task
+    as `error: ...`), then its table, its `notes` lines and where the JSON went."""
+    from mleforge.errors import MleforgeError
+
+    try:
+        data = run(args, argv=argv)
+    except (MleforgeError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print_table(data["table"])
+    for line in notes(data):
+        print(line)
+    print(f"wrote {args.out}")
+    return data

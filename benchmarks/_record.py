@@ -6,11 +6,15 @@ A result the docs cite is committed as `benchmarks/results/<name>.json` and has
     "meta":  {"command": ..., "date": ISO-8601 (UTC), "commit": git sha, "machine": ...}
     "table": {"title": ..., "columns": [...], "rows": [[...], ...]}
 
-plus whatever else the benchmark records. `docs/_ext/results.py` turns each file into a page
-of docs/results/ at build time. A script builds its own table and calls `write_result`:
+plus whatever else the benchmark records (`tables`: more tables, shown after the first).
+`docs/_ext/results.py` turns each file into a page of docs/results/ at build time. A script
+builds its table, calls `write_result` and prints it with `print_table`:
 
-    from _record import write_result
+    from _record import print_table, write_result
     write_result(args.out, "hostile_grading", table, grading=rows, poll=poll)
+
+A script that rewrites its --out as it goes (and resumes from it) passes its whole record
+through `stamp` at every write instead, and writes it with `write_json`.
 
 `meta()` reads the command line, the clock, the checkout's commit (with "-dirty" when
 tracked files differ from it, so that a figure is never credited to code that did not
@@ -26,7 +30,7 @@ import platform
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,42 +106,67 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> 
     return {"title": title, "columns": columns, "rows": out}
 
 
-def write_result(path: str | Path | None, benchmark: str, result_table: dict[str, Any],
+def invocation(script: str | Path, argv: Sequence[str] | None = None) -> list[str]:
+    """The command line of a benchmark's `main(argv)`: its script, then `argv` (None: this
+    process's own arguments), for `meta`'s command when main is called from Python."""
+    return [str(script), *(sys.argv[1:] if argv is None else argv)]
+
+
+def _checked(result_table: Any) -> dict[str, Any]:
+    if not isinstance(result_table, dict) or {"title", "columns", "rows"} - set(result_table):
+        raise ValueError("a result's table needs title, columns and rows; build it with _record.table(...)")
+    return table(result_table["title"], result_table["columns"], result_table["rows"])
+
+
+def stamp(data: Mapping[str, Any], benchmark: str, result_table: dict[str, Any],
+          argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """`data` in the convention: `benchmark`, this call's `meta` and `result_table` first, then
+    the rest of `data` as it was. A resumable benchmark stamps its whole record at every write,
+    so that a file an older version wrote (without meta) is brought into the convention by
+    the next one, and `meta` names the call that wrote the figures last."""
+    rest = {k: v for k, v in data.items() if k not in ("benchmark", "meta", "table")}
+    if "tables" in rest:
+        rest["tables"] = [_checked(t) for t in rest["tables"]]
+    return {"benchmark": benchmark, "meta": meta(argv), "table": _checked(result_table), **rest}
+
+
+def write_json(path: str | Path, record: Mapping[str, Any], indent: int = 2) -> None:
+    """`record` as JSON in `path` (its folder made), atomically: a reader, or a resume after a
+    kill, sees the old file or the new one, never half of one."""
+    from mleforge.utils.atomic import atomic_write
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(record, indent=indent, default=str) + "\n")
+
+
+def write_result(path: str | Path | None, benchmark: str, result_table: dict[str, Any], /,
                  argv: Sequence[str] | None = None, **extra: Any) -> dict[str, Any]:
-    """The benchmark's record (`benchmark`, `meta`, `table`, then `extra`), written as JSON to
-    `path` when one is given (its folder made); returned either way."""
-    missing = {"title", "columns", "rows"} - set(result_table)
-    if missing:
-        raise ValueError(f"a result's table needs {sorted(missing)}; build it with _record.table(...)")
-    record = {"benchmark": benchmark, "meta": meta(argv), "table": result_table, **extra}
+    """The benchmark's record (`benchmark`, `meta`, `table`, then `extra`, where `tables` holds
+    any further tables), written as JSON to `path` when one is given; returned either way. A
+    result that names its benchmark (or holds an old meta or table) may be passed whole as
+    `extra`: the convention's keys are this call's."""
+    record = stamp(extra, benchmark, result_table, argv)
     if path is not None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+        write_json(path, record)
     return record
 
 
-def print_table(result_table: dict[str, Any]) -> None:
-    """The table on the terminal, as the results page shows it."""
-    import shutil
-
+def print_table(result_table: Mapping[str, Any]) -> None:
+    """The table on the terminal as the CLI prints its own (mleforge.cli.output), floats to 4
+    significant digits as the results page shows them; piped (a log), wide enough that a
+    benchmark's many columns are not cut."""
     from rich.console import Console
-    from rich.table import Table
 
-    shown = Table(title=result_table["title"])
-    for column in result_table["columns"]:
-        shown.add_column(column)
-    for row in result_table["rows"]:
-        shown.add_row(*(format_cell(v) for v in row))
-    Console(width=max(120, shutil.get_terminal_size((120, 24)).columns)).print(shown)
+    from mleforge.cli.output import print_table as show
+
+    out = Console()
+    if not out.is_terminal:
+        out.width = max(out.width, 200)
+    show(result_table["title"], result_table["columns"], result_table["rows"], precision=4, out=out)
 
 
-def format_cell(value: Any) -> str:
-    """How a cell reads: floats to 4 significant digits, None as "-"."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+def print_tables(record: Mapping[str, Any]) -> None:
+    """A record's table, then its further `tables`."""
+    for shown in [record["table"], *record.get("tables", [])]:
+        print_table(shown)

@@ -15,7 +15,8 @@ error, invalid submission, valid), generation and execution seconds, completion 
 Resumable: a run directory that already holds the asked number of steps is read, not
 run again, and an interrupted run resumes from its journal (`mleforge run` does that).
 `--out` is updated after every policy, so policies can be measured one call at a time
-and end up in one table. `--budget-s` stops starting new runs of a policy after that
+and end up in one table: an entry per policy, beside the results convention's keys
+(benchmarks/_record.py; an --out written before them gains them on the next call). `--budget-s` stops starting new runs of a policy after that
 many seconds (what was not run is reported as missing and runs on the next call).
 """
 
@@ -31,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from _policy_tables import console, per_policy, per_task_table
+import _policy_tables as policy_bench
+from _record import print_tables, table
 from mleforge.reward.components import CASES as OUTCOMES
 from mleforge.tasks.preparation import prepare
 from mleforge.tasks.registry import TaskRegistry
@@ -163,19 +164,15 @@ def fmt(value: Any, digits: int = 2, scale: float = 1.0, suffix: str = "") -> st
     return "-" if value is None else f"{value * scale:.{digits}f}{suffix}"
 
 
-def show(results: dict[str, Any]) -> None:
-    out = console()
-    table = Table(title="agent: `mleforge run` per task (runs = tasks x seeds)")
-    for column in ("policy", "steps", "runs", "valid runs", "steps to 1st valid", "normalized (valid)",
-                   "medal", "valid steps", "fmt err", "exec err", "invalid", "gen s/step", "exec s/step",
-                   "tokens/step", "tok/s", "s/run"):
-        table.add_column(column, justify="right" if column != "policy" else "left")
+def tables(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary per policy, then the per-task table."""
+    rows = []
     for r in results.values():
         s = r["summary"]
         o = s["step_outcomes"]
         n = s["steps"] or 1
-        table.add_row(
-            r["policy"], str(r["steps"]), f"{s['runs']}" + (f" (+{len(r['missing'])} missing)" if r["missing"] else ""),
+        rows.append([
+            r["policy"], r["steps"], f"{s['runs']}" + (f" (+{len(r['missing'])} missing)" if r["missing"] else ""),
             fmt(s["valid_rate"], 0, 100, "%"), fmt(s["steps_to_first_valid"]), fmt(s["normalized_score_valid_runs"], 3),
             fmt(s["any_medal_rate"], 0, 100, "%"), fmt(s["step_valid_rate"], 0, 100, "%"),
             f"{o['format_error'] / n:.0%}", f"{(o['execution_error'] + o['timeout']) / n:.0%}",
@@ -183,46 +180,39 @@ def show(results: dict[str, Any]) -> None:
             fmt(s["completion_tokens_per_step"], 0),
             # The template writes its scripts without a model: its tokens are estimates, no rate.
             "-" if r["policy"] == "template" else fmt(s["tokens_per_generation_s"], 1), fmt(s["wall_s_per_run"], 0),
-        )
-    out.print(table)
+        ])
+    summary = table("agent: `mleforge run` per task (runs = tasks x seeds)",
+                    ["policy", "steps", "runs", "valid runs", "steps to 1st valid", "normalized (valid)", "medal",
+                     "valid steps", "fmt err", "exec err", "invalid", "gen s/step", "exec s/step", "tokens/step",
+                     "tok/s", "s/run"], rows)
 
     def cell(t: dict[str, Any]) -> str:
         return (f"{round(t['valid_rate'] * t['runs'])}/{t['runs']}  best {fmt(t['best_score'], 4)}"
                 f"  norm {fmt(t['normalized_score_valid_runs'], 3)}")
 
-    out.print(per_task_table("per task: valid runs, best score, normalized score of the valid runs", results, cell))
+    per_task = "per task: valid runs, best score, normalized score of the valid runs"
+    return [summary, policy_bench.per_task_table(per_task, results, cell)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--policies", default="template,bundled:qwen2.5-coder-0.5b")
-    parser.add_argument("--tasks", default="lite", help="lite | all | comma-separated task ids")
+    policy_bench.add_shared_flags(parser, "agent")
     parser.add_argument("--seeds", type=int, default=1)
-    parser.add_argument("--steps", default="3", help="per policy, comma-separated, or one for all")
-    parser.add_argument("--budget-s", default="0", help="wall-time budget per policy in seconds (0: none)")
     parser.add_argument("--executor", default="local", help="sandbox backend for the runs (default local)")
-    parser.add_argument("--run-timeout", type=float, help="per-execution limit (default: the task's)")
-    parser.add_argument("--threads", type=int, help="torch threads for local models")
-    parser.add_argument("--max-new-tokens", type=int, default=700)
-    parser.add_argument("--root", default="bench-out/agent", help="run directories go here")
-    parser.add_argument("--out", type=Path, help="JSON results, updated after every policy")
     args = parser.parse_args()
     registry = TaskRegistry()
     tasks = [t.id for t in registry.select(args.tasks)]
     for task_id in tasks:  # once here (a no-op when intact), not raced by the runs
         prepare(registry.get(task_id))
-    policies = args.policies.split(",")
-    steps = per_policy(args.steps, len(policies), int)
-    budgets = per_policy(args.budget_s, len(policies), float)
-    results: dict[str, Any] = {}
-    if args.out and args.out.is_file():
-        results = json.loads(args.out.read_text())
+    policies = policy_bench.policies_of(args.policies)
+    steps = policy_bench.per_policy(args.steps, len(policies), int)
+    budgets = policy_bench.per_policy(args.budget_s, len(policies), float)
+    results = policy_bench.load_results(args.out)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as progress:
         for policy, n, budget in zip(policies, steps, budgets):
             results[policy] = evaluate(policy, n, budget, tasks, args, progress)
-            if args.out:
-                args.out.write_text(json.dumps(results, indent=2))
-    show(results)
+            record = policy_bench.write_results(args.out, "agent", results, tables(results))
+    print_tables(record)
 
 
 if __name__ == "__main__":

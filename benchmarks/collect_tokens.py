@@ -10,6 +10,7 @@ applied (what a model prefills); completions as the assistant's text (a model ge
 more token, its end-of-turn). The table gives, per stage, min / median / p95 / p99 / max and
 the share of samples within each of `--caps` tokens (a GRPO `max_new_tokens`), and what
 collect left out and why (an expert answer over the budget is counted there, never cut).
+The JSON (--out) is in benchmarks/_record.py's convention.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
-from mleforge.policies.bundled import prepare_bundled
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _record import invocation, print_table, table, write_result  # noqa: E402
+from mleforge.policies.bundled import prepare_bundled  # noqa: E402
 
 console = Console(stderr=True)
 MODEL = "qwen2.5-coder-0.5b"
@@ -35,6 +37,11 @@ def stats(values: list[int]) -> dict[str, Any]:
     a = np.asarray(values, dtype=float)
     return {"n": len(values), "min": int(a.min()), "median": float(np.median(a)),
             "p95": float(np.percentile(a, 95)), "p99": float(np.percentile(a, 99)), "max": int(a.max())}
+
+
+def spread(figures: dict[str, Any], keys: tuple[str, ...]) -> str:
+    """min/median/.../max as one cell: "12/40.5/96/120"."""
+    return "/".join(f"{figures[k]:g}" for k in keys)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,22 +103,17 @@ def main(argv: list[str] | None = None) -> int:
             # +1: the end-of-turn token a model generates after the text.
             "within_cap": {str(c): round(sum(t + 1 <= c for t in completion) / len(completion), 3) for c in caps},
         }
-    result = {"model": MODEL, "samples_path": str(path), "samples": len(rows), "collect_wall_s": wall,
-              "completion_budget_chars": counts.get("completion_chars"), "left_out": counts.get("left_out"),
-              "samples_by_stage": counts.get("samples_by_stage"), "by_stage": by_stage, "rows": rows,
-              "python": sys.version.split()[0]}
-    Path(args.out).write_text(json.dumps(result, indent=2))
-
-    table = Table(title=f"{len(rows)} samples of {path} ({MODEL} tokens)")
-    for column in ("stage", "n", "prompt min/med/p95/max", "completion min/med/p95/p99/max",
-                   *(f"<= {c}" for c in caps)):
-        table.add_column(column)
-    for stage, s in by_stage.items():
-        p, c = s["prompt_tokens"], s["completion_tokens"]
-        table.add_row(stage, str(c["n"]), f"{p['min']}/{p['median']:g}/{p['p95']:g}/{p['max']}",
-                      f"{c['min']}/{c['median']:g}/{c['p95']:g}/{c['p99']:g}/{c['max']}",
-                      *(f"{s['within_cap'][str(cap)]:.0%}" for cap in caps))
-    Console().print(table)
+    shown = table(f"{len(rows)} samples of {path} ({MODEL} tokens)",
+                  ["stage", "n", "prompt min/med/p95/max", "completion min/med/p95/p99/max", *(f"<= {c}" for c in caps)],
+                  [[stage, s["completion_tokens"]["n"], spread(s["prompt_tokens"], ("min", "median", "p95", "max")),
+                    spread(s["completion_tokens"], ("min", "median", "p95", "p99", "max")),
+                    *(f"{s['within_cap'][str(cap)]:.0%}" for cap in caps)] for stage, s in by_stage.items()])
+    write_result(args.out, "collect_tokens", shown, argv=invocation(__file__, argv), model=MODEL,
+                 samples_path=str(path), samples=len(rows), collect_wall_s=wall,
+                 completion_budget_chars=counts.get("completion_chars"), left_out=counts.get("left_out"),
+                 samples_by_stage=counts.get("samples_by_stage"), by_stage=by_stage, rows=rows,
+                 python=sys.version.split()[0])
+    print_table(shown)
     console.print(f"left out: {counts.get('left_out')}; collect wall time: {wall} s; wrote {args.out}")
     return 0
 

@@ -57,14 +57,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from _record import table, write_result
+from _record import invocation, table, write_result
 from mleforge.agent.execution import ExecutionSummary
 from mleforge.agent.state import State
 from mleforge.curriculum.buffer import StateBuffer
@@ -311,7 +310,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = run_benchmark(args)
     print_report(result)
     if args.out:
-        ran = [__file__, *(sys.argv[1:] if argv is None else argv)]
+        ran = invocation(__file__, argv)
         write_result(args.out, "curriculum", result_table(result), argv=ran, **result)
     return result
 

@@ -1,10 +1,13 @@
 """Uniform against Learnability-Potential sampling on a REAL model: `mleforge train` runs, seed by seed.
 
-    python benchmarks/curriculum_real.py --tiny --tasks titanic --eval-tasks penguins --seeds 2 --steps 1 \\
+    python benchmarks/curriculum_real.py --tiny --tasks titanic --eval-tasks diabetes --seeds 2 --steps 1 \\
         --group-size 2 --expert-steps 3 --stepwise-states 2 --sft-steps 1 \\
         --work bench-out/currreal-tiny --out bench-out/currreal-tiny.json                  # plumbing, minutes
-    python benchmarks/curriculum_real.py --seeds 3 --steps 4 \\
+    python benchmarks/curriculum_real.py --seeds 3 --steps 4 --eval-tasks diabetes,telco-churn \\
         --work bench-out/currreal --out bench-out/currreal.json                            # the bundled Qwen, hours
+
+The evaluation tasks are the main job's (the cpu preset's `eval_tasks`): tasks whose expert
+states leave headroom, so that a run's model can show an improvement there.
 
 The simulated comparison is benchmarks/curriculum.py; this one trains. For each seed and
 each sampler (uniform, learnability) it runs `mleforge train` (`mleforge.train.recipe.train`,
@@ -42,8 +45,8 @@ difference is taken seed by seed: its mean and the SEM of the per-seed differenc
 
 `--tiny` trains a tiny random model built here (tests/train/tiny.py, no download; its
 completions are format errors, so it measures the plumbing and the framework's per-step
-costs, not learning). Writes JSON to `--out` and prints the table; the data root is
-$MLEFORGE_DATA.
+costs, not learning). Writes JSON to `--out` (benchmarks/_record.py's convention) and
+prints the tables; the data root is $MLEFORGE_DATA.
 """
 
 from __future__ import annotations
@@ -63,6 +66,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "benchmarks") not in sys.path:  # _record, beside this script
+    sys.path.append(str(ROOT / "benchmarks"))
+from _record import invocation, print_table, table, write_result  # noqa: E402
+
 SAMPLERS = ("uniform", "learnability")
 # (key, what the table calls it): training figures, then the step-wise evaluation after training.
 FIGURES = (
@@ -344,26 +351,31 @@ def pm(figure: Mapping[str, Any], signed: bool = False) -> str:
     return mean + ("" if figure.get("sem") is None else f" ± {figure['sem']:.3f}") + f" (n={figure['n']})"
 
 
-def print_report(result: Mapping[str, Any]) -> None:
-    from mleforge.cli.output import print_table
-
+def tables(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The comparison (each figure per sampler, and the paired difference), then every run."""
     c = result["config"]
     title = (f"uniform vs learnability on {c['model_spec']}: {c['seeds']} seeds x {c['steps']} steps x "
              f"{c['groups_per_step']} x G={c['group_size']} ({result['rollouts_per_run']} rollouts per run); "
              f"mean ± SEM over seeds, difference paired by seed")
     rows = [[name, pm(result["samplers"]["uniform"][key]), pm(result["samplers"]["learnability"][key]),
              pm(result["difference"][key], signed=True)] for key, name in FIGURES]
-    start = result["start_eval"]
-    print_table(title, ["figure", "uniform", "learnability", "learnability - uniform"], rows)
-    print(f"start (the warm start, before GRPO): format-error rate {start['eval_format_error_rate']}, valid rate "
-          f"{start['eval_valid_rate']}, mean reward {start['eval_mean_reward']} over {start['n_states']} states")
     keys = ("sampler", "seed", "rollouts", "scored", "frac_zero_std_groups", "reward_per_rollout",
             "eval_format_error_rate", "eval_valid_rate", "eval_mean_reward", "train_wall_s")
-    print_table("runs", list(keys), [[r[k] for k in keys] for r in result["runs"]])
-    costs = [r["step_costs"] for r in result["runs"]]
+    return [table(title, ["figure", "uniform", "learnability", "learnability - uniform"], rows),
+            table("runs", keys, [[r[k] for k in keys] for r in result["runs"]])]
+
+
+def print_report(record: Mapping[str, Any]) -> None:
+    comparison, runs = record["table"], *record["tables"]
+    start = record["start_eval"]
+    print_table(comparison)
+    print(f"start (the warm start, before GRPO): format-error rate {start['eval_format_error_rate']}, valid rate "
+          f"{start['eval_valid_rate']}, mean reward {start['eval_mean_reward']} over {start['n_states']} states")
+    print_table(runs)
+    costs = [r["step_costs"] for r in record["runs"]]
     print("per GRPO step (mean over runs): " + ", ".join(
         f"{k} {sum(x[k] for x in costs) / len(costs):.2f}" for k in ("gen_s", "exec_s", "update_s"))
-        + f"; shared set-up {result['shared_s']} s; total {result['seconds']} s")
+        + f"; shared set-up {record['shared_s']} s; total {record['seconds']} s")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -397,6 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """The benchmark, its JSON to --out (benchmarks/_record.py's convention, written atomically:
+    the figures of hours of runs are never left half-written) and its report; the record."""
     from mleforge.errors import MleforgeError
 
     args = build_parser().parse_args(argv)
@@ -404,15 +418,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result = run_benchmark(args)
     except MleforgeError as exc:
         raise SystemExit(f"error: {exc}") from None
-    if args.out:  # atomic: the figures of hours of runs are never left half-written
-        from mleforge.utils.atomic import atomic_write
-
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(args.out, json.dumps(result, indent=1, default=str))
-    print_report(result)
+    first, *more = tables(result)
+    record = write_result(args.out, "curriculum_real", first, argv=invocation(__file__, argv), tables=more, **result)
+    print_report(record)
     if args.out:
         print(f"wrote {args.out}")
-    return result
+    return record
 
 
 if __name__ == "__main__":

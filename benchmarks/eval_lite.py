@@ -9,20 +9,19 @@ again to continue). `--seeds`, `--steps` and `--budget-s` take one value for eve
 one per policy, comma-separated. A budget stops the grid (seed-major: whole seeds first)
 once that many seconds have passed: runs not finished by then are reported as missing, and
 resume on the next call. `--out` is updated per policy, so policies can be run one at a time
-and end up in one table.
+and end up in one table: an entry per policy, beside the results convention's keys
+(benchmarks/_record.py; an --out written before them gains them on the next call).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
-from _policy_tables import console, per_policy, per_task_table
+import _policy_tables as policy_bench
+from _record import print_tables, table
 from mleforge.eval.config import EvalConfig
 from mleforge.eval.progress import RichGridProgress
 from mleforge.eval.runner import EvalGrid, safe_name
@@ -75,54 +74,43 @@ def pm(metric: dict[str, Any], scale: float = 100.0, digits: int = 1) -> str:
     return f"{metric['mean'] * scale:.{digits}f}{sem}"
 
 
-def show(results: dict[str, Any]) -> None:
-    out = console()
-    table = Table(title="lite subset: % of runs (mean ± SEM over seeds)")
-    for column in ("policy", "seeds x steps", "runs", "valid %", "above median %", "any medal %", "gold %",
-                   "normalized", "steps to 1st valid", "s / run"):
-        table.add_column(column)
+def tables(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The metrics per policy, then the per-task table."""
+    rows = []
     for r in results.values():
         m, finished = r["metrics"], r["runs"]["finished"]
-        table.add_row(r["policy"], f"{r['seeds']} x {r['steps']}", f"{finished}/{r['runs']['expected']}",
-                      pm(m["valid_submission"]), pm(m["above_median"]), pm(m["any_medal"]), pm(m["gold_medal"]),
-                      pm(m["normalized_score"], 1.0, 3), pm(m["steps_to_first_valid"], 1.0, 2),
-                      f"{r['usage']['wall_s'] / finished:.0f}" if finished else "-")
-    out.print(table)
+        rows.append([r["policy"], f"{r['seeds']} x {r['steps']}", f"{finished}/{r['runs']['expected']}",
+                     pm(m["valid_submission"]), pm(m["above_median"]), pm(m["any_medal"]), pm(m["gold_medal"]),
+                     pm(m["normalized_score"], 1.0, 3), pm(m["steps_to_first_valid"], 1.0, 2),
+                     f"{r['usage']['wall_s'] / finished:.0f}" if finished else "-"])
+    metrics = table("lite subset: % of runs (mean ± SEM over seeds)",
+                    ["policy", "seeds x steps", "runs", "valid %", "above median %", "any medal %", "gold %",
+                     "normalized", "steps to 1st valid", "s / run"], rows)
 
     def cell(t: dict[str, Any]) -> str:
         if t["best"] is None:
             return f"no valid ({t['valid']}/{t['runs']})"
         return f"{t['best']:.4g} / {t['avg']:.4g} ({t['valid']}/{t['runs']})"
 
-    out.print(per_task_table("per task: Best / Avg of the final scores (valid runs / finished runs)", results, cell))
+    per_task = "per task: Best / Avg of the final scores (valid runs / finished runs)"
+    return [metrics, policy_bench.per_task_table(per_task, results, cell)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--policies", default="template,bundled:qwen2.5-coder-0.5b")
-    parser.add_argument("--tasks", default="lite", help="task selector (default: lite)")
+    policy_bench.add_shared_flags(parser, "eval_lite")
     parser.add_argument("--seeds", default="3", help="per policy, comma-separated, or one for all")
-    parser.add_argument("--steps", default="3", help="per policy, comma-separated, or one for all")
-    parser.add_argument("--budget-s", default="0", help="wall-time budget per policy in seconds (0: none)")
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--run-timeout", type=float, help="per-execution limit (default: the task's)")
-    parser.add_argument("--threads", type=int, help="torch threads for local models")
-    parser.add_argument("--max-new-tokens", type=int, default=700)
-    parser.add_argument("--root", default="bench-out/eval_lite", help="evaluation folders go here")
-    parser.add_argument("--out", type=Path, help="JSON results, updated per policy")
     args = parser.parse_args()
-    policies = args.policies.split(",")
-    seeds = per_policy(args.seeds, len(policies), int)
-    steps = per_policy(args.steps, len(policies), int)
-    budgets = per_policy(args.budget_s, len(policies), float)
-    results: dict[str, Any] = {}
-    if args.out and args.out.is_file():
-        results = json.loads(args.out.read_text())
+    policies = policy_bench.policies_of(args.policies)
+    seeds = policy_bench.per_policy(args.seeds, len(policies), int)
+    steps = policy_bench.per_policy(args.steps, len(policies), int)
+    budgets = policy_bench.per_policy(args.budget_s, len(policies), float)
+    results = policy_bench.load_results(args.out)
     for policy, k, n, budget in zip(policies, seeds, steps, budgets):
         results[policy] = evaluate(policy, k, n, budget, args)
-        if args.out:
-            args.out.write_text(json.dumps(results, indent=2))
-    show(results)
+        record = policy_bench.write_results(args.out, "eval_lite", results, tables(results))
+    print_tables(record)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _learning_runs as shared_runs  # noqa: E402
+from _record import invocation  # noqa: E402
 
 NULL = "base@seed+1"
 # (name, TrainConfig changes from the base): one setting at a time.
@@ -124,7 +125,7 @@ def verdict(vs_base: Mapping[str, Any] | None, null: Mapping[str, Any] | None = 
 
 
 def table(results: Mapping[str, Any]) -> dict[str, Any]:
-    """RULES.md's table of the configurations finished."""
+    """The table of the configurations finished (the results page's, benchmarks/_record.py)."""
     columns = ["config", "steps x groups", "val reward", "after - start [95% CI]", "config - base [95% CI]",
                "verdict", "train reward/rollout", "groups no valid"]
     rows = []
@@ -151,7 +152,9 @@ def table(results: Mapping[str, Any]) -> dict[str, Any]:
             "rows": rows}
 
 
-def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool = True) -> dict[str, Any]:
+def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool = True,
+              argv: list[str] | None = None) -> dict[str, Any]:
+    """The sweep; `argv`: the command line its JSON's meta names (None: this process's)."""
     from mleforge.cli.output import err_console
     from mleforge.tasks.registry import TaskRegistry
     from mleforge.train.config import TrainConfig
@@ -166,7 +169,7 @@ def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool 
         TrainConfig.from_dict({**base.to_dict(), **changes, "steps": steps[name]})
     results = shared_runs.Results(args.out, "grpo_sweep", {
         "base": base.to_dict(), "groups": args.groups, "val_states": args.val_states, "val_seeds": args.val_seeds,
-        "train_seed": args.train_seed, "journals": args.journals})
+        "train_seed": args.train_seed, "journals": args.journals}, lambda data: table(data["done"]), argv)
     started = time.perf_counter()
     shared = shared_runs.shared_start(base, args, work, registry, progress)
     try:
@@ -197,7 +200,7 @@ def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool 
         fill_vs_base(results, work, states, seeds)
     finally:
         shared.executor.close()
-    results.write(meta=shared_runs.meta(), table=table(results.done))
+    results.write()
     return results.data
 
 
@@ -241,22 +244,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from mleforge.cli.output import print_table
-    from mleforge.errors import MleforgeError
-
-    args = build_parser().parse_args(argv)
-    try:
-        data = run_sweep(args)
-    except (MleforgeError, ValueError) as exc:
-        raise SystemExit(f"error: {exc}") from None
-    t = data["table"]
-    print_table(t["title"], t["columns"], t["rows"])
+def validation_note(data: Mapping[str, Any]) -> list[str]:
     v = data["validation"]
-    print(f"validation: {len(v['states'])} states x {len(v['seeds'])} seeds (warm start's mean reward "
-          f"{v['start_mean_reward']}); {v['dropped_as_buffer_seeds']} candidates dropped as buffer seeds")
-    print(f"wrote {args.out}")
-    return data
+    return [f"validation: {len(v['states'])} states x {len(v['seeds'])} seeds (warm start's mean reward "
+            f"{v['start_mean_reward']}); {v['dropped_as_buffer_seeds']} candidates dropped as buffer seeds"]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = build_parser().parse_args(argv)
+    return shared_runs.run_main(run_sweep, args, invocation(__file__, argv), validation_note)
 
 
 if __name__ == "__main__":

@@ -36,8 +36,8 @@ run, the seed as the unit).
 
 Resumable per seed: a seed's entry is appended to --out when both its runs are evaluated, and
 skipped when present; a later call with more --seeds adds seeds; runs and evaluations cut short
-continue from <work>. JSON to --out (with RULES.md's meta and table), a table, and a plot
-(<out>.png) where matplotlib is installed.
+continue from <work>. JSON to --out (benchmarks/_record.py's convention at every write: meta and
+the table of the seeds finished), a table, and a plot (<out>.png) where matplotlib is installed.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _learning_runs as shared_runs  # noqa: E402
+from _record import invocation  # noqa: E402
 
 ARMS = ("grpo", "null")
 SETTINGS = ("lr", "lr_scheduler", "warmup", "groups_per_step", "scale_rewards", "beta", "invalid_groups")
@@ -203,7 +204,15 @@ def plot(summary: Mapping[str, Any], path: Path) -> str | None:
 # --- the benchmark -----------------------------------------------------------------------------------
 
 
-def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bool = True) -> dict[str, Any]:
+def results_table(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The table of the seeds finished so far (none before the warm start is evaluated)."""
+    start = {name: data["start"][name]["per_state"] for name in ("eval", "probe")} if "start" in data else {}
+    return table(summarize(data["done"] if start else {}, start))
+
+
+def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bool = True,
+                 argv: list[str] | None = None) -> dict[str, Any]:
+    """The benchmark; `argv`: the command line its JSON's meta names (None: this process's)."""
     from mleforge.cli.output import err_console
     from mleforge.tasks.registry import TaskRegistry
 
@@ -215,7 +224,7 @@ def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bo
     results = shared_runs.Results(args.out, "learning", {
         "base": base.to_dict(), "steps": args.steps, "evals": args.evals, "eval_seeds": args.eval_seeds,
         "probe_states": args.probe_states, "settings": {k: getattr(args, k) for k in SETTINGS},
-        "journals": args.journals})
+        "journals": args.journals}, results_table, argv)
     started = time.perf_counter()
     shared = shared_runs.shared_start(base, args, work, registry, progress)
     try:
@@ -250,7 +259,7 @@ def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bo
         shared.executor.close()
     summary = summarize(results.done, {name: results.data["start"][name]["per_state"] for name in ("eval", "probe")})
     picture = plot(summary, args.out.with_suffix(".png"))
-    results.write(meta=shared_runs.meta(), summary=summary, table=table(summary), plot=picture)
+    results.write(summary=summary, plot=picture)
     return results.data
 
 
@@ -270,20 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from mleforge.cli.output import print_table
-    from mleforge.errors import MleforgeError
+def plot_note(data: Mapping[str, Any]) -> list[str]:
+    return [f"plot: {data['plot'] or 'not drawn (matplotlib is not installed)'}"]
 
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
-    try:
-        data = run_learning(args)
-    except (MleforgeError, ValueError) as exc:
-        raise SystemExit(f"error: {exc}") from None
-    t = data["table"]
-    print_table(t["title"], t["columns"], t["rows"])
-    print(f"plot: {data['plot'] or 'not drawn (matplotlib is not installed)'}")
-    print(f"wrote {args.out}")
-    return data
+    return shared_runs.run_main(run_learning, args, invocation(__file__, argv), plot_note)
 
 
 if __name__ == "__main__":

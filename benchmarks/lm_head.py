@@ -35,8 +35,9 @@ two paths `--repeats` times each in alternation.
   without the prompt's key/value path).
 
 It also checks that both give the same numbers (max absolute difference of the
-log-probabilities, or of the loss). Writes JSON to --out and prints a table: seconds per
-micro-batch (median over the repeats) for each path and their ratio, measured in one run.
+log-probabilities, or of the loss). Writes JSON to --out (benchmarks/_record.py's convention)
+and prints a table: seconds per micro-batch (median over the repeats) for each path and their
+ratio, measured in one run.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does, before torch loads
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -55,6 +55,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _record import invocation, print_table, table, write_result  # noqa: E402
+
 TEMPERATURE = 0.8  # the cpu preset's rollout temperature
 
 
@@ -219,7 +222,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from mleforge.cli.output import print_table
     from mleforge.train.grpo.trainer import compact_head_native
 
     with tempfile.TemporaryDirectory(prefix="mleforge-lm-head-") as tmp:
@@ -267,14 +269,14 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": base, "subject": ours_name, "speedup": round(median[base] / median[ours_name], 3),
         f"max_abs_{compared}_diff": float((values[base] - values[ours_name]).abs().max()),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2))
     what = "one sequence" if args.group == 1 else f"one group of {args.group} sequences"
-    print_table(f"{args.objective}: forward + backward of {what} ({spec}, {args.prompt_tokens} prompt + {keep} completion "
-                f"tokens, LoRA r{args.lora_rank}, {args.repeats} repeats)",
-                ["path", "median s", "each s"],
-                [[name, round(median[name], 3), " ".join(f"{v:.2f}" for v in values)]
-                 for name, values in seconds.items()])
+    shown = table(f"{args.objective}: forward + backward of {what} ({spec}, {args.prompt_tokens} prompt + {keep} "
+                  f"completion tokens, LoRA r{args.lora_rank}, {args.repeats} repeats)",
+                  ["path", "median s", "each s"],
+                  [[name, round(median[name], 3), " ".join(f"{v:.2f}" for v in values)]
+                   for name, values in seconds.items()])
+    write_result(args.out, "lm_head", shown, argv=invocation(__file__, argv), **out)
+    print_table(shown)
     print(f"speedup {out['speedup']}x ({base} / {ours_name}); max |{compared} difference| {out[f'max_abs_{compared}_diff']:.2e}; "
           f"wrote {args.out}")
     return 0

@@ -9,13 +9,13 @@ as mleforge's SFT and GRPO heads do) through the bundled model with a LoRA adapt
 `mleforge.train.model.lora_config`, for each setting in turn, `--reps` timed passes after
 one warm-up, all in one process and one run (so the ratios are what to read on a shared
 machine). With the adapter on the top k layers only, autograd stops at the lowest of them:
-the backward pass covers k of the model's layers.
+the backward pass covers k of the model's layers. Writes JSON to --out (benchmarks/_record.py's
+convention) and prints the table.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _record import invocation, print_table, table, write_result  # noqa: E402
 
 console = Console(stderr=True)
 
@@ -92,16 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     base = next((r["median_s"] for r in rows if r["lora_layers"] == "all"), rows[0]["median_s"])
     for row in rows:
         row["vs_all"] = round(row["median_s"] / base, 3)
-    result = {"model": args.model, "tokens": args.tokens, "completion": args.completion, "reps": args.reps,
-              "threads": torch.get_num_threads(), "rows": rows}
-    Path(args.out).write_text(json.dumps(result, indent=1))
-    table = Table(title=f"LoRA fwd+bwd, {args.tokens} tokens ({args.completion} scored), {args.model}")
-    for column in ("lora layers", "trainable", "step s (each)", "median s", "vs all"):
-        table.add_column(column, justify="right")
-    for row in rows:
-        table.add_row(str(row["lora_layers"]), f"{row['trainable']:,}", ", ".join(f"{t:.1f}" for t in row["step_s"]),
-                      f"{row['median_s']:.1f}", f"{row['vs_all']:.2f}")
-    Console().print(table)
+    shown = table(f"LoRA fwd+bwd, {args.tokens} tokens ({args.completion} scored), {args.model}",
+                  ["lora layers", "trainable", "step s (each)", "median s", "vs all"],
+                  [[row["lora_layers"], row["trainable"], ", ".join(f"{t:.1f}" for t in row["step_s"]),
+                    round(row["median_s"], 2), row["vs_all"]] for row in rows])
+    write_result(args.out, "lora_layers", shown, argv=invocation(__file__, argv), model=args.model, tokens=args.tokens,
+                 completion=args.completion, reps=args.reps, threads=torch.get_num_threads(), rows=rows)
+    print_table(shown)
     return 0
 
 

@@ -23,7 +23,8 @@ cost of handing it new in-memory weights (`Ct2Engine.sync`). The full default ru
 models, four engines, both prompts) takes hours on 2 CPU cores, mostly the long prompt.
 
 Long runs: the report is written to `--out` after every measurement (with `"complete": false`
-until the end), and `--resume` keeps the measurements of an earlier report at that path and
+until the end; in the results convention of benchmarks/_record.py, its tables those of what is
+measured so far), and `--resume` keeps the measurements of an earlier report at that path and
 measures only what it lacks. `--budget S` skips a measurement expected to take more than S
 seconds: the estimate is a lower bound, the prefill alone, scaled from the largest shape already
 measured for that engine and prompt, else from a timed prefill of the prompt's first
@@ -50,9 +51,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
-from _policy_tables import console
+from _record import print_tables, stamp, table, write_json
 from mleforge.policies.bundled import (
     BUNDLED,
     assemble,
@@ -64,7 +63,6 @@ from mleforge.policies.bundled import (
 from mleforge.policies.extras import import_torch_transformers
 from mleforge.policies.hf import HFPolicy
 from mleforge.policies.hf_config import HFConfig
-from mleforge.utils.atomic import atomic_write
 
 SHORT = [{"role": "system", "content": "You are a helpful Python programmer."},
          {"role": "user", "content": "Write a Python function that trains a logistic regression "
@@ -335,13 +333,16 @@ class Report:
         self.save()
 
     def to_dict(self, complete: bool = False) -> dict[str, Any]:
-        return {**self.header, "load_average_after": os.getloadavg(), "complete": complete,
-                "results": self.models}
+        """The report in the results convention: this call's meta, the tables of what is measured
+        so far (a report an older version wrote, without them, is continued all the same)."""
+        first, *more = tables(self.models, self.header["import_s"])
+        return stamp({"tables": more, **self.header, "load_average_after": os.getloadavg(), "complete": complete,
+                      "results": self.models}, "policies", first)
 
     def save(self, complete: bool = False) -> None:
         if self.path is None:
             return
-        atomic_write(self.path, json.dumps(self.to_dict(complete), indent=1))
+        write_json(self.path, self.to_dict(complete), indent=1)
 
 
 def bench_model(name: str, root: Path, prompts: dict[str, list], args: argparse.Namespace,
@@ -413,53 +414,45 @@ def main() -> None:
         for name in args.models:
             bench_model(name, root, prompts, args, report)
     report.save(complete=True)
-    show(report.models, import_s)
+    print_tables(report.to_dict(complete=True))
 
 
-def show(results: list[dict[str, Any]], import_s: float) -> None:
-    seconds = lambda v: "cached" if v is None else f"{v:.1f}"  # noqa: E731
-    stages = Table(title=f"Getting ready (seconds; importing torch + transformers: {import_s:.1f})")
-    for column in ("model", "assemble", "GGUF -> hf", "engine", "threads", "-> ct2", "load"):
-        stages.add_column(column)
-    speed = Table(title="Generation on CPU (sampling, fixed length)")
-    for column in ("model", "engine", "threads", "prompt", "prompt tokens", "shape", "prefill s",
-                   "total s", "tokens/s", "decode tokens/s"):
-        speed.add_column(column)
+def tables(results: list[dict[str, Any]], import_s: float) -> list[dict[str, Any]]:
+    """Getting ready, generation speed, and ct2 as a rollout engine: what the run printed."""
+    seconds = lambda v: "cached" if v is None else round(v, 1)  # noqa: E731
+    stages, speed, rollout = [], [], []
     for r in results:
         for e in r["engines"]:
             ct2 = e["engine"].startswith("ct2")
-            stages.add_row(r["model"], seconds(r["assemble_s"]), seconds(r["hf_convert_s"]),
-                           e["engine"], str(e["threads"]),
-                           seconds(e["convert_s"]) if ct2 else "-", f"{e['load_s']:.1f}")
+            stages.append([r["model"], seconds(r["assemble_s"]), seconds(r["hf_convert_s"]), e["engine"], e["threads"],
+                           seconds(e["convert_s"]) if ct2 else "-", round(e["load_s"], 1)])
             for g in e["runs"]:
                 shape = f"batch {g['size']}" if g["mode"] == "batch" else f"1 x {g['size']}"
+                head = [r["model"], e["engine"], e["threads"], g["prompt"], g["prompt_tokens"], shape]
                 if g.get("skipped"):
                     probe = e.get("probes", {}).get(g["prompt"])
                     rate = (f", prefill {probe['prefill_tokens_per_s']:.1f} tok/s on "
                             f"{probe['tokens']}" if probe else "")
-                    speed.add_row(r["model"], e["engine"], str(e["threads"]), g["prompt"],
-                                  str(g["prompt_tokens"]), shape,
-                                  f"skipped: >= {g['estimated_s']:.0f} s{rate}", "-", "-", "-")
+                    speed.append([*head, f"skipped: >= {g['estimated_s']:.0f} s{rate}", None, None, None])
                     continue
                 decode = g["decode_tokens_per_s"]
-                speed.add_row(r["model"], e["engine"], str(e["threads"]), g["prompt"],
-                              str(g["prompt_tokens"]), shape, f"{g['prefill_s']:.2f}",
-                              f"{g['total_s']:.2f}", f"{g['tokens_per_s']:.1f}",
-                              "-" if decode is None else f"{decode:.1f}")
-    rollout = Table(title="ct2 as a GRPO rollout engine (short prompt, temperature 1)")
-    for column in ("model", "engine", "mean |dlogp|/token", "max |dlogp|", "sequence log-ratios",
-                   "sync s (convert + load)"):
-        rollout.add_column(column)
-    for r in results:
-        for e in r["engines"]:
+                speed.append([*head, round(g["prefill_s"], 2), round(g["total_s"], 2), round(g["tokens_per_s"], 1),
+                              None if decode is None else round(decode, 1)])
             if "mismatch" in e:
                 m, sync = e["mismatch"], e["sync"]
-                rollout.add_row(r["model"], e["engine"], f"{m['mean_abs_token_gap']:.2g}",
-                                f"{m['max_abs_token_gap']:.2g}",
+                rollout.append([r["model"], e["engine"], f"{m['mean_abs_token_gap']:.2g}", f"{m['max_abs_token_gap']:.2g}",
                                 " ".join(f"{x:+.2f}" for x in m["sequence_log_ratios"]),
-                                f"{sync['total_s']:.1f} ({sync['convert_s']:.1f} + "
-                                f"{sync['load_s']:.1f})")
-    console().print(stages, speed, rollout)
+                                f"{sync['total_s']:.1f} ({sync['convert_s']:.1f} + {sync['load_s']:.1f})"])
+    return [
+        table(f"Getting ready (seconds; importing torch + transformers: {import_s:.1f})",
+              ["model", "assemble", "GGUF -> hf", "engine", "threads", "-> ct2", "load"], stages),
+        table("Generation on CPU (sampling, fixed length)",
+              ["model", "engine", "threads", "prompt", "prompt tokens", "shape", "prefill s", "total s", "tokens/s",
+               "decode tokens/s"], speed),
+        table("ct2 as a GRPO rollout engine (short prompt, temperature 1)",
+              ["model", "engine", "mean |dlogp|/token", "max |dlogp|", "sequence log-ratios", "sync s (convert + load)"],
+              rollout),
+    ]
 
 
 if __name__ == "__main__":

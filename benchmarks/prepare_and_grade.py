@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from _record import table, write_result
+from _record import invocation, table, write_result
 from mleforge.grading.grader import grade
 from mleforge.reference.leaderboard import build_leaderboard, library_versions
 from mleforge.tasks.preparation import prepare
@@ -106,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     totals["leaderboard_entries"] = sum(r["leaderboard_entries"] for r in built) if built else None
     render(rows, totals, console)
     if args.out:
-        ran = [__file__, *(sys.argv[1:] if argv is None else argv)]
+        ran = invocation(__file__, argv)
         write_result(args.out, "prepare_and_grade", result_table(rows, totals), argv=ran,
                      versions=library_versions(), tasks=rows, totals=totals)
         console.print(f"wrote {args.out}")

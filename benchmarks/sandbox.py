@@ -27,7 +27,8 @@
 
 The targets: the pool's per-run time at least 10x below bare `python` with the
 imports, and bwrap adding under 10% to a bare run. The data root is
-$MLEFORGE_DATA (the task is prepared if needed). Writes JSON and prints tables.
+$MLEFORGE_DATA (the task is prepared if needed). Writes JSON to --out (benchmarks/_record.py's
+convention: its table the first part run, the others' in `tables`) and prints the tables.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _record import invocation, print_tables, table, write_result  # noqa: E402
 
 SCRIPTS = {
     "empty": "pass\n",
@@ -137,7 +141,7 @@ def _leak_check(pool, task, runs: int) -> dict:
     elapsed = time.perf_counter() - start
     for result in results:
         pool.discard(result)
-    (zygote,) = [z for z in pool.zygotes if z["key"][-2] == limits.cpus]  # key: (..., cpus, isolation)
+    (zygote,) = [z for z in pool.zygotes if z["key"][-3] == limits.cpus]  # key: (..., cpus, isolation, masks)
     expected = 2 if pool.isolation == "bwrap" else 0  # bwrap's monitor and init, then the zygote
     for _ in range(100):
         if len(_descendants(zygote["pid"])) == expected:
@@ -305,31 +309,48 @@ def _start_latency(task, repeats: int, user) -> list[dict]:
     return rows
 
 
-def _print_latency(console, rows: list[dict]) -> None:
-    from rich.table import Table
-
-    table = Table(title="a run's start latency, isolated: warm pool against a bwrap per run (the whole call)")
-    for column in ("who", "uid", "backend", "script", "median s", "min s", "bwrap"):
-        table.add_column(column)
-    for row in rows:
-        if "error" in row:
-            table.add_row(row["who"], "-", "-", "-", "-", "-", f"not measured: {row['error'][-200:]}")
-            continue
-        table.add_row(row["who"], str(row["uid"]), row["backend"], row["script"], f"{row['median_s']:.3f}",
-                      f"{row['min_s']:.3f}", row["isolation"].split(" (")[0])  # the JSON has the path too
-    console.print(table)
+def _latency_table(rows: list[dict]) -> dict:
+    return table("a run's start latency, isolated: warm pool against a bwrap per run (the whole call)",
+                 ["who", "uid", "backend", "script", "median s", "min s", "bwrap"],
+                 [[row["who"], None, None, None, None, None, f"not measured: {row['error'][-200:]}"] if "error" in row
+                  else [row["who"], row["uid"], row["backend"], row["script"], row["median_s"], row["min_s"],
+                        row["isolation"].split(" (")[0]]  # the JSON has the path too
+                  for row in rows])
 
 
-def _print_bombs(console, bombs: list[dict]) -> None:
-    from rich.table import Table
+def _bombs_table(bombs: list[dict]) -> dict:
+    return table("submission bombs graded in the parent (fresh process each)",
+                 ["bomb", "MB", "valid", "wall s", "grading RSS MB", "peak RSS MB", "reason"],
+                 [[row["bomb"], round(row["bytes"] / 2**20, 1), row["valid"], row["wall_s"], row["grading_rss_mb"],
+                   row["peak_rss_mb"], (row["reason"] or "")[:60]] for row in bombs])
 
-    table = Table(title="submission bombs graded in the parent (fresh process each)")
-    for column in ("bomb", "MB", "valid", "wall s", "grading RSS MB", "peak RSS MB", "reason"):
-        table.add_column(column)
-    for row in bombs:
-        table.add_row(row["bomb"], f"{row['bytes'] / 2**20:.1f}", str(row["valid"]), f"{row['wall_s']:.3f}",
-                      f"{row['grading_rss_mb']:.1f}", f"{row['peak_rss_mb']:.1f}", (row["reason"] or "")[:60])
-    console.print(table)
+
+def _overhead_table(task_id: str, repeats: int, overhead: list[dict]) -> dict:
+    return table(f"per-run time on {task_id} (median of {repeats}, interleaved; the run's whole call)",
+                 ["backend", "script", "median s", "min s", "p90 s"],
+                 [[row["backend"], row["script"], row["median_s"], row["min_s"], row["p90_s"]] for row in overhead])
+
+
+def _throughput_table(runs: int, throughput: list[dict]) -> dict:
+    return table(f"throughput: {runs} pandas+sklearn runs", ["backend", "workers", "seconds", "runs/s", "ok"],
+                 [[row["backend"], row["workers"], row["seconds"], row["runs_per_s"], f"{row['ok']}/{row['runs']}"]
+                  for row in throughput])
+
+
+def _targets_table(targets: dict, leaks: dict | None) -> dict:
+    rows = [[key, value] for key, value in targets.items()]
+    rows += [[f"pool leak check: {key}", ", ".join(value) or "none" if isinstance(value, list) else value]
+             for key, value in (leaks or {}).items()]
+    return table("targets", ["measure", "value"], rows)
+
+
+def _write(args: argparse.Namespace, tables: list[dict], **data) -> int:
+    """The record (its first table the results page's, the rest as `tables`) to --out, printed."""
+    first, *more = tables
+    record = write_result(args.out, "sandbox", first, argv=args.argv, tables=more, **data)
+    print_tables(record)
+    print(f"written: {args.out}")
+    return 0
 
 
 def _worker_counts(text: str) -> tuple[int, ...]:
@@ -357,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the unprivileged user of part 5 when run as root ('' to leave it out)")
     parser.add_argument("--out", type=Path, default=Path("bench-out/sandbox.json"))
     args = parser.parse_args(argv)
+    args.argv = invocation(__file__, argv)  # the command the JSON's meta names
     from mleforge.errors import MleforgeError
 
     try:
@@ -367,9 +389,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     user = _unprivileged_user(args.as_user, os.geteuid() == 0)  # before the long parts, not after them
-
-    from rich.console import Console
-    from rich.table import Table
 
     from mleforge.sandbox.caching_executor import CachingExecutor
     from mleforge.sandbox.local import LocalExecutor
@@ -382,20 +401,14 @@ def _run(args: argparse.Namespace) -> int:
     prepare(task)
     if args.latency_only:
         latency = _start_latency(task, args.repeats, user)
-        _print_latency(Console(), latency)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"task": task.id, "start_latency": latency}, indent=2) + "\n")
-        return 0
+        return _write(args, [_latency_table(latency)], task=task.id, start_latency=latency)
     scratch = Path(tempfile.mkdtemp(prefix="mleforge-bench-"))
     try:
         bombs = _bomb_grading(task, scratch)
     finally:
         remove_tree(scratch)
     if args.bombs_only:
-        _print_bombs(Console(), bombs)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"task": task.id, "submission_bombs": bombs}, indent=2) + "\n")
-        return 0
+        return _write(args, [_bombs_table(bombs)], task=task.id, submission_bombs=bombs)
     scratch = Path(tempfile.mkdtemp(prefix="mleforge-bench-"))
     local_none = LocalExecutor("none", base_dir=scratch / "ws")
     local_bwrap = LocalExecutor("auto", base_dir=scratch / "ws")
@@ -442,40 +455,10 @@ def _run(args: argparse.Namespace) -> int:
     targets["pool_10x_met"] = targets["pool_speedup_vs_bare"] >= 10
     targets["bwrap_under_10pct_met"] = targets["bwrap_vs_bare_pct"] < 10
 
-    console = Console()
-    table = Table(title=f"per-run time on {task.id} (median of {args.repeats}, interleaved; the run's whole call)")
-    for column in ("backend", "script", "median s", "min s", "p90 s"):
-        table.add_column(column)
-    for row in overhead:
-        table.add_row(row["backend"], row["script"], f"{row['median_s']:.3f}", f"{row['min_s']:.3f}",
-                      f"{row['p90_s']:.3f}")
-    console.print(table)
-    table = Table(title=f"throughput: {args.throughput_runs} {heavy} runs")
-    for column in ("backend", "workers", "seconds", "runs/s", "ok"):
-        table.add_column(column)
-    for row in throughput:
-        table.add_row(row["backend"], str(row["workers"]), f"{row['seconds']:.2f}", f"{row['runs_per_s']:.2f}",
-                      f"{row['ok']}/{row['runs']}")
-    console.print(table)
-    table = Table(title="targets")
-    table.add_column("measure")
-    table.add_column("value")
-    for key, value in targets.items():
-        table.add_row(key, str(value))
-    if leaks:
-        for key, value in leaks.items():
-            table.add_row(f"pool leak check: {key}", str(value))
-    console.print(table)
-    _print_bombs(console, bombs)
-    _print_latency(console, latency)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(
-        {"task": task.id, "overhead": overhead, "throughput": throughput, "targets": targets, "pool_leaks": leaks,
-         "submission_bombs": bombs, "start_latency": latency},
-        indent=2,
-    ))
-    console.print(f"written: {args.out}")
-    return 0
+    tables = [_overhead_table(task.id, args.repeats, overhead), _throughput_table(args.throughput_runs, throughput),
+              _targets_table(targets, leaks), _bombs_table(bombs), _latency_table(latency)]
+    return _write(args, tables, task=task.id, overhead=overhead, throughput=throughput, targets=targets,
+                  pool_leaks=leaks, submission_bombs=bombs, start_latency=latency)
 
 
 if __name__ == "__main__":

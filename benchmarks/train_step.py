@@ -23,7 +23,7 @@
 
 `--tiny` trains a tiny random model built here (no download; its completions are format
 errors, so its steps execute nothing: part 2 measures execution). The data root is
-$MLEFORGE_DATA. Writes JSON to --out and prints tables.
+$MLEFORGE_DATA. Writes JSON to --out (benchmarks/_record.py's convention) and prints tables.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _record import invocation, print_tables, table, write_result  # noqa: E402
 
 
 def step_timer():
@@ -173,7 +175,7 @@ def time_execution(args, task, registry, work: Path) -> list[dict]:
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="bundled:qwen2.5-coder-0.5b")
     parser.add_argument("--tiny", action="store_true", help="a tiny random model built here instead of --model")
@@ -192,9 +194,10 @@ def main() -> None:
     parser.add_argument("--skip-steps", action="store_true", help="part 2 only")
     parser.add_argument("--skip-execution", action="store_true", help="part 1 only")
     parser.add_argument("--out", default="bench-out/train_step.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.skip_steps and args.skip_execution:
+        parser.error("--skip-steps and --skip-execution leave nothing to measure; give one of them at most")
 
-    from mleforge.cli.output import print_table
     from mleforge.tasks.preparation import prepare
     from mleforge.tasks.registry import TaskRegistry
 
@@ -215,24 +218,31 @@ def main() -> None:
         steps = [] if args.skip_steps else [row for c in choices for row in time_steps(args, registry, work, c, model)]
         execution = [] if args.skip_execution else time_execution(args, task, registry, work)
     engines = summarize(steps) if steps else []
-    out = {"config": {k: v for k, v in vars(args).items() if k != "out"}, "steps": steps, "engines": engines,
-           "execution": execution}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2))
-    if steps:
+    first, *more = tables(args, steps, engines, execution)
+    record = write_result(args.out, "train_step", first, argv=invocation(__file__, argv), tables=more,
+                          config={k: v for k, v in vars(args).items() if k != "out"}, steps=steps, engines=engines,
+                          execution=execution)
+    print_tables(record)
+    print(f"wrote {args.out}")
+
+
+def tables(args: argparse.Namespace, steps: list[dict], engines: list[dict], execution: list[dict]) -> list[dict]:
+    """The steps and their means per engine (part 1), then the execution of a group (part 2)."""
+    out = []
+    if not args.skip_steps:
         keys = ("generation", "step", "step_s", "gen_s", "sync_s", "exec_s", "update_s", "rest_s", "overhead_share",
                 "rest_share", "tokens", "gen_tokens_per_s")
-        print_table(f"GRPO steps ({'tiny model' if args.tiny else args.model}, {args.groups_per_step} x "
-                    f"{args.group_size} rollouts, {args.max_new_tokens} new tokens)", list(keys),
-                    [[row[k] for k in keys] for row in steps])
+        out.append(table(f"GRPO steps ({'tiny model' if args.tiny else args.model}, {args.groups_per_step} x "
+                         f"{args.group_size} rollouts, {args.max_new_tokens} new tokens)", keys,
+                         [[row[k] for k in keys] for row in steps]))
         keys = ("generation", "steps", "step_s", "gen_s", "sync_s", "exec_s", "update_s", "tokens", "gen_tokens_per_s")
-        print_table("per engine: mean over the steps after the first (with one step: that step)", list(keys),
-                    [[row[k] for k in keys] for row in engines])
-    if execution:
+        out.append(table("per engine: mean over the steps after the first (with one step: that step)", keys,
+                         [[row[k] for k in keys] for row in engines]))
+    if not args.skip_execution:
         keys = ("executor", "workers", "cache", "group_s", "per_rollout_s", "cached_group_s")
-        print_table(f"executing one group of {args.group_size} expert completions ({args.task})", list(keys),
-                    [[row[k] for k in keys] for row in execution])
-    print(f"wrote {args.out}")
+        out.append(table(f"executing one group of {args.group_size} expert completions ({args.task})", keys,
+                         [[row[k] for k in keys] for row in execution]))
+    return out
 
 
 if __name__ == "__main__":

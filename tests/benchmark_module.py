@@ -19,3 +19,18 @@ def load_benchmark(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def assert_convention(record: dict, benchmark: str, script: str | None = None) -> None:
+    """`record` is in benchmarks/_record.py's results convention: its benchmark, the meta of the
+    command that wrote it (`python benchmarks/<script>.py ...`; script "": a part called in this
+    process, whose command is the test runner's), a table whose rows fit its columns, and the
+    same of any further tables."""
+    assert record["benchmark"] == benchmark and list(record)[:3] == ["benchmark", "meta", "table"]
+    assert set(record["meta"]) == {"command", "date", "commit", "machine"}
+    assert record["meta"]["command"].startswith("python ")
+    if script != "":
+        assert record["meta"]["command"].startswith(f"python benchmarks/{script or benchmark}.py ")
+    for shown in [record["table"], *record.get("tables", [])]:
+        assert set(shown) == {"title", "columns", "rows"} and shown["title"]
+        assert all(len(row) == len(shown["columns"]) for row in shown["rows"])

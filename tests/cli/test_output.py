@@ -26,3 +26,20 @@ def test_print_table_strips_control_characters_from_cells(capsys):
     print_table("t", ["a\x1b[31m"], [["x\x1b]0;pwned\x07y"]])
     out = capsys.readouterr().out
     assert "\x1b" not in out and "xy" in out
+
+
+def test_floats_read_to_the_precision_asked_five_digits_by_default(capsys):
+    """The CLI's tables keep 5 significant digits; the benchmarks' (benchmarks/_record.py) ask 4,
+    as the docs' results pages show them."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from mleforge.cli.output import fmt
+
+    assert (fmt(0.123456), fmt(0.123456, 4), fmt(12345.678, 4)) == ("0.12346", "0.1235", "1.235e+04")
+    assert (fmt(None, 4), fmt(True, 4), fmt([1, 2], 4), fmt(3, 4)) == ("-", "yes", "1, 2", "3")
+    elsewhere = StringIO()
+    print_table("t", ["x"], [[0.123456]], precision=4, out=Console(file=elsewhere, width=80))
+    assert "0.1235" in elsewhere.getvalue() and "0.12346" not in elsewhere.getvalue()
+    assert capsys.readouterr().out == ""  # on the console given, not stdout

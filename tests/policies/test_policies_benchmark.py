@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.benchmark_module import ROOT, load_benchmark
+from tests.benchmark_module import ROOT, assert_convention, load_benchmark
 from tests.policies.test_bundled_models import skip_unless_installed
 
 bench = load_benchmark("policies")
@@ -17,7 +17,7 @@ bench = load_benchmark("policies")
 
 def row(prompt, mode, size, prefill_s, tokens=100):
     return {"prompt": prompt, "prompt_tokens": tokens, "mode": mode, "size": size,
-            "prefill_s": prefill_s}
+            "prefill_s": prefill_s, "total_s": 2 * prefill_s, "tokens_per_s": 8.0, "decode_tokens_per_s": None}
 
 
 def test_prefills_counts_a_group_once_on_ct2_only():
@@ -49,14 +49,15 @@ def test_estimate_from_the_probe_when_nothing_is_measured():
 
 
 def header(tokens=64, prompts=None):
-    return {"tokens": tokens, "prompt_sha256": prompts or {"short": "a", "improve": "b"}}
+    return {"tokens": tokens, "prompt_sha256": prompts or {"short": "a", "improve": "b"}, "import_s": 2.5}
+
 
 
 def test_report_is_written_whole_after_each_save(tmp_path):
     out = tmp_path / "report.json"
     report = bench.Report(out, header(), resume=False)
-    report.start_model({"model": "m", "engines": []})
-    report.add({"model": "m", "engine": "e", "threads": 2, "runs": []})
+    report.start_model({"model": "m", "assemble_s": None, "hf_convert_s": 3.25, "engines": []})
+    report.add({"model": "m", "engine": "e", "threads": 2, "convert_s": None, "load_s": 1.04, "runs": []})
     saved = json.loads(out.read_text())
     assert saved["complete"] is False and saved["results"][0]["engines"][0]["engine"] == "e"
     report.models[0]["engines"][0]["runs"].append(row("short", "batch", 1, 0.5))
@@ -64,6 +65,11 @@ def test_report_is_written_whole_after_each_save(tmp_path):
     saved = json.loads(out.read_text())
     assert saved["complete"] is True and saved["results"][0]["engines"][0]["runs"][0]["size"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no temporary file left
+    assert_convention(saved, "policies", script="")
+    assert saved["table"]["title"] == "Getting ready (seconds; importing torch + transformers: 2.5)"
+    assert saved["table"]["rows"] == [["m", "cached", 3.2, "e", 2, "-", 1.0]]
+    speed = saved["tables"][0]
+    assert speed["rows"] == [["m", "e", 2, "short", 100, "batch 1", 0.5, 1.0, 8.0, None]]
 
 
 def test_resume_keeps_rows_of_unchanged_prompts_only(tmp_path):
@@ -75,6 +81,12 @@ def test_resume_keeps_rows_of_unchanged_prompts_only(tmp_path):
     report = bench.Report(out, header(prompts={"short": "a", "improve": "new"}), resume=True)
     kept = report.earlier("m", "e", 2)["runs"]
     assert [g["prompt"] for g in kept] == ["short"]
+    # a report written before the results convention (no meta, no tables) gains them on the next save
+    report.start_model({"model": "m", "assemble_s": None, "hf_convert_s": None, "engines": []})
+    report.add({**report.earlier("m", "e", 2), "convert_s": None, "load_s": 1.0})
+    saved = json.loads(out.read_text())
+    assert_convention(saved, "policies", script="")
+    assert saved["table"]["rows"] == [["m", "cached", "cached", "e", 2, "-", 1.0]]
     assert report.earlier("m", "other", 2) is None
     assert bench.Report(out, header(), resume=False).earlier("m", "e", 2) is None
 
@@ -108,6 +120,8 @@ def test_a_real_run_resumes_and_skips_over_budget(tmp_path):
     out = tmp_path / "smol.json"
     first, log = run_benchmark(out, "--batches", "1")
     assert first["complete"] is True
+    assert_convention(first, "policies")
+    assert first["meta"]["command"].startswith("python benchmarks/policies.py --models smollm2-135m")
     (engine,) = first["results"][0]["engines"]
     (measured,) = engine["runs"]
     assert measured["prefill_s"] > 0 and measured["sequences"] == 1 and measured["tokens"] == 2

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.benchmark_module import load_benchmark
+from tests.benchmark_module import assert_convention, load_benchmark
 from tests.policies.test_bundled_models import skip_unless_installed
 
 
@@ -24,6 +24,10 @@ def test_the_benchmark_records_the_budget_of_the_collect_it_ran(titanic, tmp_pat
     assert result["completion_budget_chars"] == COMPACT_COMPLETION_CHARS
     assert result["samples"] == len(result["rows"]) > 0
     assert result["samples"] == sum(result["samples_by_stage"].values())
+    assert_convention(result, "collect_tokens")
+    stages = {row[0]: row for row in result["table"]["rows"]}
+    assert set(stages) == set(result["by_stage"]) and stages["draft"][1] == result["by_stage"]["draft"]["completion_tokens"]["n"]
+    assert stages["draft"][-1] == f"{result['by_stage']['draft']['within_cap']['256']:.0%}"
     # measuring what exists reads the budget from its collect.json: the same figure
     assert bench.main(["--samples", str(tmp_path / "work" / "samples.jsonl"), "--out", str(out)]) == 0
     assert json.loads(out.read_text())["completion_budget_chars"] == COMPACT_COMPLETION_CHARS

@@ -141,6 +141,9 @@ def test_the_benchmark_core_on_a_tiny_model(titanic, registry, tmp_path):
     # the sampled rollouts differ between seeds (seed 0 and 1 pick other scripts), so the check has teeth
     assert any(result["samplers"][s][key]["sem"] > 0 for s in bench.SAMPLERS for key, _ in bench.FIGURES)
     json.dumps(result)  # the JSON --out writes
+    comparison, runs_table = bench.tables(result)  # the tables main writes with it and prints
+    assert [row[0] for row in comparison["rows"]] == [name for _, name in bench.FIGURES]
+    assert [row[:2] for row in runs_table["rows"]] == [[r["sampler"], r["seed"]] for r in runs]
 
     # again: every run is read back (its rollouts untouched), the figures are the same
     stamps = {p: p.stat().st_mtime_ns for p in work.glob("runs/*/rollouts/step-0.jsonl")}

@@ -4,12 +4,11 @@ figures by hand, and the shape of their JSON (the runs themselves are hours: see
 from __future__ import annotations
 
 import json
-import math
 from types import SimpleNamespace
 
 import pytest
 
-from tests.benchmark_module import load_benchmark
+from tests.benchmark_module import ROOT, load_benchmark
 
 sweep = load_benchmark("grpo_sweep")
 learning = load_benchmark("learning")
@@ -28,22 +27,64 @@ START = evaluation({"a": [0.5, 0.5], "b": [-0.3, -0.1], "c": [0.6, 0.4]}, headro
 AFTER = evaluation({"a": [0.7, 0.5], "b": [0.1, 0.3], "c": [0.5, 0.5]}, headroom={"c": False})
 
 
+def done_table(data):
+    return {"title": "done", "columns": ["key"], "rows": [[k] for k in data["done"]]}
+
+
+def sweep_results(path, settings=None, argv=None):
+    return runs.Results(path, "grpo_sweep", {"groups": 4} if settings is None else settings, done_table, argv)
+
+
 def test_results_are_appended_as_each_finishes_and_a_later_call_skips_them(tmp_path):
     path = tmp_path / "out.json"
-    first = runs.Results(path, "grpo_sweep", {"groups": 4})
+    first = sweep_results(path)
     assert first.pending(["base", "lr=1e-5"]) == ["base", "lr=1e-5"]
     first.record("base", {"val_mean_reward": 0.25})
-    again = runs.Results(path, "grpo_sweep", {"groups": 4})  # a later call: the file read back
+    again = sweep_results(path)  # a later call: the file read back
     assert again.pending(["base", "lr=1e-5"]) == ["lr=1e-5"]
     assert json.loads(path.read_text())["done"] == {"base": {"val_mean_reward": 0.25}}
     with pytest.raises(ValueError, match=r"other settings \(groups\)"):
-        runs.Results(path, "grpo_sweep", {"groups": 8})
+        sweep_results(path, {"groups": 8})
     with pytest.raises(ValueError, match="holds benchmark 'grpo_sweep', not 'learning'"):
-        runs.Results(path, "learning", {"groups": 4})
+        runs.Results(path, "learning", {"groups": 4}, done_table)
     again.fix("validation_states", ["s1", "s2"])
-    runs.Results(path, "grpo_sweep", {"groups": 4}).fix("validation_states", ["s1", "s2"])  # the same: fine
+    sweep_results(path).fix("validation_states", ["s1", "s2"])  # the same: fine
     with pytest.raises(ValueError, match="another validation_states"):
-        runs.Results(path, "grpo_sweep", {"groups": 4}).fix("validation_states", ["s1", "s3"])
+        sweep_results(path).fix("validation_states", ["s1", "s3"])
+
+
+def test_every_write_is_in_the_results_convention(tmp_path):
+    path = tmp_path / "out.json"
+    results = sweep_results(path, argv=[str(ROOT / "benchmarks" / "grpo_sweep.py"), "--groups", "4"])
+    results.record("base", {"val_mean_reward": 0.25})
+    saved = json.loads(path.read_text())
+    assert list(saved)[:3] == ["benchmark", "meta", "table"] and saved["benchmark"] == "grpo_sweep"
+    assert set(saved["meta"]) == {"command", "date", "commit", "machine"}
+    assert saved["meta"]["command"] == "python benchmarks/grpo_sweep.py --groups 4"
+    assert saved["table"] == {"title": "done", "columns": ["key"], "rows": [["base"]]}  # what is finished so far
+    assert "earlier_meta" not in saved
+    later = sweep_results(path, argv=["benchmarks/grpo_sweep.py", "--configs", "lr=1e-5"])
+    later.record("lr=1e-5", {"val_mean_reward": 0.5})
+    again = json.loads(path.read_text())
+    assert again["meta"]["command"] == "python benchmarks/grpo_sweep.py --configs lr=1e-5"
+    assert again["earlier_meta"] == [saved["meta"]]  # the first call's pieces keep their commit
+    assert again["table"]["rows"] == [["base"], ["lr=1e-5"]]
+
+
+def test_a_file_written_before_the_convention_is_continued_and_gains_it(tmp_path):
+    """The old format (no meta or table until the very end): what a sweep started by an older
+    checkout leaves in --out; a later call skips its entries and brings it into the convention."""
+    path = tmp_path / "old.json"
+    old = {"benchmark": "grpo_sweep", "settings": {"groups": 4}, "done": {"base": {"val_mean_reward": 0.25}},
+           "validation_states": ["s1", "s2"]}
+    path.write_text(json.dumps(old, indent=1))
+    results = sweep_results(path)
+    assert results.pending(["base", "lr=1e-5"]) == ["lr=1e-5"]
+    results.fix("validation_states", ["s1", "s2"])  # the same states: continued
+    saved = json.loads(path.read_text())
+    assert {k: saved[k] for k in old} == old and "earlier_meta" not in saved
+    assert set(saved["meta"]) == {"command", "date", "commit", "machine"}
+    assert saved["table"]["rows"] == [["base"]]
 
 
 def test_after_minus_start_is_paired_by_state_over_seed_means():
@@ -155,11 +196,6 @@ def test_the_plot_is_drawn_where_matplotlib_is_installed(tmp_path):
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_meta_has_rules_keys():
-    meta = runs.meta(["--out", "x.json"])
-    assert set(meta) == {"command", "date", "commit", "machine"} and not math.isnan(len(meta["commit"]))
-
-
 def test_a_change_is_better_or_worse_only_where_its_interval_against_the_base_excludes_zero():
     assert sweep.verdict({"ci_low": 0.01, "ci_high": 0.2}) == "better"
     assert sweep.verdict({"ci_low": -0.3, "ci_high": -0.02}) == "worse"
@@ -197,7 +233,7 @@ def test_a_configuration_finished_before_the_base_gets_its_comparison_when_the_b
     (tmp_path / "evals").mkdir()
     (tmp_path / "evals" / "base.json").write_text(json.dumps(START))
     (tmp_path / "evals" / "groups-per-step=4.json").write_text(json.dumps(AFTER))
-    results = runs.Results(tmp_path / "out.json", "grpo_sweep", {})
+    results = sweep_results(tmp_path / "out.json", {})
     results.record("groups/step=4", {"vs_base": None})
     states = [SimpleNamespace(state_id=s) for s in START["states"]]
     sweep.fill_vs_base(results, tmp_path, states, [0, 1])
@@ -231,3 +267,13 @@ def test_the_probe_set_is_drawn_apart_from_the_sweeps_validation_set():
     probe figure is not measured on the states grpo_sweep chose the settings on."""
     (val_dir, val_seed), (probe_dir, probe_seed) = runs.HELD_APART["validation"], runs.HELD_APART["probe"]
     assert val_dir != probe_dir and abs(probe_seed - val_seed) >= 100  # --eval-seed shifts both by a few
+
+
+def test_learnings_table_is_of_the_seeds_finished_so_far():
+    """Written at every write: empty before the warm start is evaluated, then the summary's."""
+    assert learning.results_table({"done": {}})["rows"] == []
+    start = runs.per_state(START)
+    done = {"seed0": _seed_entry({"a": [0.7], "b": [0.1], "c": [0.5]}, {"a": [0.5], "b": [-0.2], "c": [0.5]})}
+    data = {"done": done, "start": {name: {"per_state": start} for name in ("eval", "probe")}}
+    assert learning.results_table(data) == learning.table(learning.summarize(done, {"eval": start, "probe": start}))
+    assert learning.results_table(data)["rows"][0][:2] == ["grpo", "4"]

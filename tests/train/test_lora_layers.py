@@ -99,7 +99,7 @@ def test_train_with_the_adapter_on_the_top_layer_runs_and_its_result_loads(tiny,
 
 
 def test_the_benchmark_times_each_setting_and_writes_its_json(tiny, tmp_path):
-    from tests.benchmark_module import load_benchmark
+    from tests.benchmark_module import assert_convention, load_benchmark
 
     bench = load_benchmark("lora_layers")
     out = tmp_path / "lora_layers.json"
@@ -112,3 +112,6 @@ def test_the_benchmark_times_each_setting_and_writes_its_json(tiny, tmp_path):
     # the tiny model's two layers have the same shapes: the top one holds half the adapter
     assert rows["all"]["trainable"] == 2 * rows[1]["trainable"] > 0
     assert rows["all"]["vs_all"] == 1.0 and len(rows[1]["step_s"]) == 1
+    assert_convention(result, "lora_layers")
+    assert result["meta"]["command"].endswith(f"--reps 1 --out {out}")  # main's argv, not the test runner's
+    assert [r[0] for r in result["table"]["rows"]] == ["all", 1] and result["table"]["rows"][0][4] == 1.0

@@ -108,7 +108,7 @@ def test_the_cut_leaves_trls_path_where_it_does_not_apply(folder, tmp_path):
 def test_the_lm_head_benchmark_times_the_sft_step_both_ways_on_a_tiny_model(tmp_path):
     import json
 
-    from tests.benchmark_module import load_benchmark
+    from tests.benchmark_module import assert_convention, load_benchmark
 
     out = tmp_path / "lm_head-sft.json"
     bench = load_benchmark("lm_head")
@@ -116,6 +116,9 @@ def test_the_lm_head_benchmark_times_the_sft_step_both_ways_on_a_tiny_model(tmp_
                        "--repeats", "2", "--lora-rank", "4", "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["objective"] == "sft" and set(data["seconds"]) == {"trl_fused", "completion_only"}
+    assert_convention(data, "lm_head")
+    assert [row[0] for row in data["table"]["rows"]] == ["trl_fused", "completion_only"]
+    assert [row[1] for row in data["table"]["rows"]] == [round(data["median_s"][k], 3) for k in data["seconds"]]
     assert all(len(v) == 2 and min(v) > 0 for v in data["seconds"].values())
     assert data["max_abs_loss_diff"] < 1e-4 and data["speedup"] > 0
     assert bench.main(["--objective", "sft", "--tiny", "--prompt-grad-off", "--prompt-tokens", "40",

@@ -247,7 +247,7 @@ def test_the_cpu_takes_the_completion_only_path():
 def test_the_lm_head_benchmark_times_both_paths_on_a_tiny_model(tmp_path):
     import json
 
-    from tests.benchmark_module import load_benchmark
+    from tests.benchmark_module import assert_convention, load_benchmark
 
     out = tmp_path / "lm_head.json"
     bench = load_benchmark("lm_head")
@@ -255,6 +255,9 @@ def test_the_lm_head_benchmark_times_both_paths_on_a_tiny_model(tmp_path):
                        "--lora-rank", "4", "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     assert set(data["seconds"]) == {"trl_fused", "completion_only"}
+    assert_convention(data, "lm_head")
+    assert [row[0] for row in data["table"]["rows"]] == ["trl_fused", "completion_only"]
+    assert [row[1] for row in data["table"]["rows"]] == [round(data["median_s"][k], 3) for k in data["seconds"]]
     assert all(len(v) == 2 and min(v) > 0 for v in data["seconds"].values())
     assert data["trl_scores_completion_only_here"] is False and data["speedup"] > 0
     assert data["max_abs_logp_diff"] < 1e-4

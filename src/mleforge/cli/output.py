@@ -56,26 +56,30 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def fmt(value: Any) -> str:
+def fmt(value: Any, precision: int = 5) -> str:
+    """A cell as it reads: None as "-", booleans as yes/no, floats to `precision` significant
+    digits, lists comma-separated."""
     if value is None:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.5g}"
+        return f"{value:.{precision}g}"
     if isinstance(value, (list, tuple)):
         return ", ".join(map(str, value))
     return str(value)
 
 
-def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A table whose title, headers and cells print literally (see the module docstring)."""
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], precision: int = 5,
+                out: Console | None = None) -> None:
+    """A table whose title, headers and cells print literally (see the module docstring); floats
+    to `precision` significant digits; on `out` (default: stdout's console)."""
     table = Table(title=safe_text(title, style="table.title"), show_lines=False)
     for column in columns:
         table.add_column(safe_text(str(column)))
     for row in rows:
-        table.add_row(*(safe_text(fmt(v)) for v in row))
-    console.print(table)
+        table.add_row(*(safe_text(fmt(v, precision)) for v in row))
+    (out or console).print(table)
 
 
 # One row per graded submission, as `grade`, `exec`, `tasks solve` and `run` print it.
