@@ -72,6 +72,19 @@ def test_pairs_that_do_not_match_are_refused():
         compare_results(a, result("tuned", {k: v for k, v in B.items() if k != "s2"}), other_seeds=True)
 
 
+def test_a_result_of_format_1_pairs_with_one_made_since():
+    # A run saved before the seeds (StepwiseConfig.LEGACY: one completion per state at the
+    # sampling's seed) and resumed since: its "before" has no seeds, its "after" records seed 0.
+    old = result("base", {k: v[:1] for k, v in A.items()}, seeds=(0,)).to_dict()
+    del old["format"], old["seeds"]
+    for record in old["records"]:
+        del record["seed"]
+    before = StepwiseResult.from_dict(old)
+    assert before.seeds == (0,) and {r.seed for r in before.records} == {0}
+    c = compare_results(before, result("tuned", {k: v[:1] for k, v in B.items()}, seeds=(0,)))
+    assert c.kind == "paired" and c.metrics["mean_reward"].diff == pytest.approx((0.0 + 0.8 + 0.0) / 3)
+
+
 def test_the_null_control_splits_the_seeds():
     a = result("base", A)
     null = null_control(a)
