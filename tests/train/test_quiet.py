@@ -9,7 +9,7 @@ import os
 import re
 import subprocess
 import sys
-import time
+import threading
 import warnings
 from pathlib import Path
 
@@ -72,27 +72,52 @@ def bar(console):
     return progress
 
 
-def test_a_log_gets_a_plain_line_every_few_seconds():
+class Clock:
+    """The ticker's clock, driven by the test: `intervals` intervals pass, then the ticker is
+    stopped (its wait returns True) and `done` is set."""
+
+    def __init__(self, intervals: int):
+        self.intervals, self.waits, self.done = intervals, [], threading.Event()
+
+    def wait(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        if len(self.waits) <= self.intervals:
+            return False
+        self.done.set()
+        return True
+
+
+def test_a_log_gets_a_plain_line_every_interval():
     out = io.StringIO()
     progress = bar(Console(file=out, force_terminal=False, width=200))
-    ticker = PlainTicker(progress, progress.console, interval_s=0.05)
+    ticks = Clock(intervals=3)
+    ticker = PlainTicker(progress, progress.console, interval_s=5.0, wait=ticks.wait)
     ticker.start()
-    time.sleep(0.4)
+    assert ticks.done.wait(timeout=30)
     ticker.stop()
     lines = out.getvalue().splitlines()
-    assert 3 <= len(lines) <= 9  # one per 0.05 s of 0.4 s, give or take the scheduler
-    assert re.fullmatch(r"train hf:model: 1/4, 0:00:0\d elapsed, ETA (-:--:--|\d:\d\d:\d\d)  reward 0.500", lines[0])
-    assert ticker.line() == lines[-1] or ticker.line().startswith("train hf:model: 1/4")
+    assert len(lines) == 3 and ticks.waits == [5.0] * 4  # one line per interval passed
+    for line in lines:
+        assert re.fullmatch(r"train hf:model: 1/4, 0:00:\d\d elapsed, ETA (-:--:--|\d:\d\d:\d\d)  reward 0.500", line)
+
+
+def test_a_stopped_ticker_prints_nothing_more():
+    out = io.StringIO()
+    progress = bar(Console(file=out, force_terminal=False, width=200))
+    ticker = PlainTicker(progress, progress.console, interval_s=3600.0)
+    ticker.start()
+    ticker.stop()  # ends the hour's wait at once
+    assert out.getvalue() == "" and ticker.line().startswith("train hf:model: 1/4")
 
 
 def test_a_terminal_gets_the_live_bar_and_no_plain_lines():
     out = io.StringIO()
     progress = bar(Console(file=out, force_terminal=True))
-    ticker = PlainTicker(progress, progress.console, interval_s=0.01)
+    ticks = Clock(intervals=3)
+    ticker = PlainTicker(progress, progress.console, interval_s=0.01, wait=ticks.wait)
     ticker.start()
-    time.sleep(0.1)
     ticker.stop()
-    assert not ticker.active and out.getvalue() == ""
+    assert not ticker.active and ticks.waits == [] and out.getvalue() == ""
 
 
 def test_clock():
