@@ -59,6 +59,41 @@ def test_quiet_libraries_silences_only_the_libraries_and_restores_their_settings
     assert (tlog.get_verbosity(), tlog.is_progress_bar_enabled(), logging.getLogger("trl").level) == before
 
 
+def test_threads_leaving_out_of_order_restore_the_settings_once_the_last_leaves():
+    """A enters, B enters, A leaves (B's work stays quiet), B leaves (all as before)."""
+    transformers = pytest.importorskip("transformers")
+    tlog = transformers.utils.logging
+
+    def settings():
+        return list(warnings.filters), tlog.get_verbosity(), tlog.is_progress_bar_enabled(), logging.getLogger("trl").level
+
+    before = settings()
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        with quiet_libraries():
+            a_in.set()
+            assert b_in.wait(30)
+        a_out.set()
+
+    def second():
+        assert a_in.wait(30)
+        with quiet_libraries():
+            b_in.set()
+            assert a_out.wait(30)
+            seen["b alone"] = settings()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    _, verbosity, bars, trl = seen["b alone"]
+    assert (verbosity, bars, trl) == (logging.ERROR, False, logging.ERROR)
+    assert settings() == before
+
+
 def test_verbose_leaves_the_libraries_alone(monkeypatch):
     transformers = pytest.importorskip("transformers")
     monkeypatch.setenv("MLEFORGE_VERBOSE", "1")
