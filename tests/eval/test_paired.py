@@ -85,6 +85,10 @@ def test_edge_cases_and_refusals():
         paired_difference({"s1": [0.5, None]}, {"s1": [1.0, 1.0]})
     with pytest.raises(ValueError, match="confidence"):
         paired_difference({"s": [1.0]}, {"s": [1.0]}, confidence=1.0)
+    # a value per unit instead of a list of them: a PairingError that says so, not a TypeError
+    for bad in (0.5, None, "0.5"):
+        with pytest.raises(PairingError, match="unit 's1': give a list of values, one per seed"):
+            paired_difference({"s1": bad}, {"s1": [1.0]})
     # ties up to rounding count as ties
     tie = paired_difference({"s": [0.1 + 0.2]}, {"s": [0.3]})
     assert (tie.up, tie.down, tie.tied) == (0, 0, 1)

@@ -259,7 +259,8 @@ def test_cli_compares_two_policies_on_the_same_states_and_seeds(data_root, exper
     # a later evaluation on the very same states and seeds: --pair-with, then `eval compare`
     again = tmp_path / "again"
     assert main(["eval", "--stepwise", "--policy", "scripted:copy", "--pair-with", str(out / "a"), "--tasks",
-                 "titanic", "--out", str(again), "--data-dir", str(data_root), "--json"]) == 0
+                 "titanic", "--states", "2", "--samples", "2", "--sample-seed", "0",  # the folder's: accepted
+                 "--out", str(again), "--data-dir", str(data_root), "--json"]) == 0
     later = StepwiseResult.from_dict(json.loads((again / "stepwise.json").read_text()))
     assert later.states == a.states and later.seeds == a.seeds and later.draw["headroom"] == "given"
     capsys.readouterr()
@@ -269,6 +270,32 @@ def test_cli_compares_two_policies_on_the_same_states_and_seeds(data_root, exper
     assert main(["eval", "--stepwise", "--policy", "scripted:copy", "--pair-with", str(out / "a"), "--tasks",
                  "penguins", "--out", str(tmp_path / "x"), "--data-dir", str(data_root)]) == 2
     assert "give --tasks titanic" in " ".join(capsys.readouterr().err.split())
+
+
+def test_pair_with_refuses_settings_that_conflict_with_the_folders(titanic, data_root, tmp_path, capsys):
+    """--pair-with takes the folder's states and seeds: a --samples, --sample-seed, --states or
+    --journals given otherwise is refused, naming both values, before anything runs."""
+    from mleforge.cli.main import main
+    from mleforge.cli.stepwise import pairing_conflicts
+
+    journals = tmp_path / "journals"
+    record = {"kind": "stepwise", "tasks": ["titanic"], "states": ["s1", "s2"], "seeds": [3, 4],
+              "journals": str(journals)}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "run.json").write_text(json.dumps(record))
+    base = ["eval", "--stepwise", "--policy", "template", "--pair-with", str(tmp_path / "a"), "--tasks", "titanic",
+            "--out", str(tmp_path / "b"), "--data-dir", str(data_root)]
+    assert main([*base, "--samples", "4", "--sample-seed", "0", "--states", "2"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--samples is 4 where the folder has 2" in err and "--sample-seed is 0 where the folder has 3" in err
+    assert "--states" not in err and "drop them" in err and not (tmp_path / "b" / "run.json").exists()
+    equal = {"states": 2, "samples": 2, "sample_seed": 3, "journals": str(journals / ".." / "journals")}
+    assert pairing_conflicts(record, {}, equal) == [] and pairing_conflicts(record, equal, {}) == []
+    assert pairing_conflicts(record, {"states": 24, "journals": None}, {"samples": 2}) == [
+        "states in --config is 24 where the folder has 2"]
+    assert pairing_conflicts(record, {"samples": 4}, {"samples": 2}) == []  # the flag overrides the file
+    assert pairing_conflicts(record, {}, {"journals": str(tmp_path / "other")}) == [
+        f"--journals is {tmp_path / 'other'} where the folder has {journals.resolve()}"]
 
 
 def test_the_progress_bar_counts_the_states_run(capsys):

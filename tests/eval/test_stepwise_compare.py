@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +15,7 @@ from mleforge.eval.stepwise import StepwiseRecord, StepwiseResult
 from mleforge.eval.stepwise_compare import (
     StepwiseComparison,
     compare_results,
+    comparison_caption,
     comparison_rows,
     null_control,
 )
@@ -70,6 +72,31 @@ def test_pairs_that_do_not_match_are_refused():
     assert other.kind == "other_seeds" and other.seeds_b == (2, 3)
     with pytest.raises(ConfigError, match="not evaluated on the same states"):
         compare_results(a, result("tuned", {k: v for k, v in B.items() if k != "s2"}), other_seeds=True)
+
+
+def test_a_result_of_format_1_pairs_with_one_made_since():
+    # A run saved before the seeds (StepwiseConfig.LEGACY: one completion per state at the
+    # sampling's seed) and resumed since: its "before" has no seeds, its "after" records seed 0.
+    old = result("base", {k: v[:1] for k, v in A.items()}, seeds=(0,)).to_dict()
+    del old["format"], old["seeds"]
+    for record in old["records"]:
+        del record["seed"]
+    before = StepwiseResult.from_dict(old)
+    assert before.seeds == (0,) and {r.seed for r in before.records} == {0}
+    c = compare_results(before, result("tuned", {k: v[:1] for k, v in B.items()}, seeds=(0,)))
+    assert c.kind == "paired" and c.metrics["mean_reward"].diff == pytest.approx((0.0 + 0.8 + 0.0) / 3)
+
+
+def test_a_state_without_headroom_on_either_side_is_left_out_and_counted():
+    # A result written before headroom was recorded (None: unknown, in the headline) against one
+    # that knows s4 has none: s4 is compared on neither side, and counted apart.
+    old = result("base", A, flat=())
+    old = StepwiseResult(old.policy, old.tasks, old.sampling, old.prompt_profile,
+                         tuple(replace(r, headroom=None) for r in old.records), seeds=old.seeds)
+    c = compare_results(old, result("tuned", B))
+    assert c.states == ("s1", "s2", "s3") and c.no_headroom == 1
+    assert c.metrics["mean_reward"].n == 3 and c.metrics["mean_reward"].diff == pytest.approx(0.8 / 3)
+    assert "on the same 3 states with headroom" in comparison_caption(c)
 
 
 def test_the_null_control_splits_the_seeds():

@@ -105,6 +105,21 @@ def test_the_trainer_treats_the_rows_of_its_own_process():
         pytest.approx(TRL[4:])
 
 
+def test_the_worst_valid_run_stays_valid_in_trls_float32_rewards():
+    torch = pytest.importorskip("torch")
+    from mleforge.train.grpo.trainer import CurriculumGRPOTrainer
+
+    # A valid run at the clipped delta earns exactly LOWEST; TRL's float32 tensor rounds it below
+    # the float64 LOWEST (9.3576229688e-14 -> 9.3576229122e-14). Its group has a valid rollout.
+    assert torch.tensor([LOWEST]).item() < LOWEST
+    rewards = [LOWEST, -0.1, -0.2, -0.2]
+    stand_in = _trainer_stand_in("zero", rewards)
+    output = {"advantages": torch.tensor(TRL[:4])}
+    assert CurriculumGRPOTrainer._treat_invalid_groups(stand_in, output, 4)["advantages"].tolist() == \
+        pytest.approx(TRL[:4])
+    assert stand_in._metrics["train"]["frac_groups_no_valid"] == [0.0]
+
+
 # --- the settings in the config tree ---------------------------------------------------------------
 
 

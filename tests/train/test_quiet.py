@@ -9,7 +9,7 @@ import os
 import re
 import subprocess
 import sys
-import time
+import threading
 import warnings
 from pathlib import Path
 
@@ -59,6 +59,41 @@ def test_quiet_libraries_silences_only_the_libraries_and_restores_their_settings
     assert (tlog.get_verbosity(), tlog.is_progress_bar_enabled(), logging.getLogger("trl").level) == before
 
 
+def test_threads_leaving_out_of_order_restore_the_settings_once_the_last_leaves():
+    """A enters, B enters, A leaves (B's work stays quiet), B leaves (all as before)."""
+    transformers = pytest.importorskip("transformers")
+    tlog = transformers.utils.logging
+
+    def settings():
+        return list(warnings.filters), tlog.get_verbosity(), tlog.is_progress_bar_enabled(), logging.getLogger("trl").level
+
+    before = settings()
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        with quiet_libraries():
+            a_in.set()
+            assert b_in.wait(30)
+        a_out.set()
+
+    def second():
+        assert a_in.wait(30)
+        with quiet_libraries():
+            b_in.set()
+            assert a_out.wait(30)
+            seen["b alone"] = settings()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    _, verbosity, bars, trl = seen["b alone"]
+    assert (verbosity, bars, trl) == (logging.ERROR, False, logging.ERROR)
+    assert settings() == before
+
+
 def test_verbose_leaves_the_libraries_alone(monkeypatch):
     transformers = pytest.importorskip("transformers")
     monkeypatch.setenv("MLEFORGE_VERBOSE", "1")
@@ -72,27 +107,52 @@ def bar(console):
     return progress
 
 
-def test_a_log_gets_a_plain_line_every_few_seconds():
+class Clock:
+    """The ticker's clock, driven by the test: `intervals` intervals pass, then the ticker is
+    stopped (its wait returns True) and `done` is set."""
+
+    def __init__(self, intervals: int):
+        self.intervals, self.waits, self.done = intervals, [], threading.Event()
+
+    def wait(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        if len(self.waits) <= self.intervals:
+            return False
+        self.done.set()
+        return True
+
+
+def test_a_log_gets_a_plain_line_every_interval():
     out = io.StringIO()
     progress = bar(Console(file=out, force_terminal=False, width=200))
-    ticker = PlainTicker(progress, progress.console, interval_s=0.05)
+    ticks = Clock(intervals=3)
+    ticker = PlainTicker(progress, progress.console, interval_s=5.0, wait=ticks.wait)
     ticker.start()
-    time.sleep(0.4)
+    assert ticks.done.wait(timeout=30)
     ticker.stop()
     lines = out.getvalue().splitlines()
-    assert 3 <= len(lines) <= 9  # one per 0.05 s of 0.4 s, give or take the scheduler
-    assert re.fullmatch(r"train hf:model: 1/4, 0:00:0\d elapsed, ETA (-:--:--|\d:\d\d:\d\d)  reward 0.500", lines[0])
-    assert ticker.line() == lines[-1] or ticker.line().startswith("train hf:model: 1/4")
+    assert len(lines) == 3 and ticks.waits == [5.0] * 4  # one line per interval passed
+    for line in lines:
+        assert re.fullmatch(r"train hf:model: 1/4, 0:00:\d\d elapsed, ETA (-:--:--|\d:\d\d:\d\d)  reward 0.500", line)
+
+
+def test_a_stopped_ticker_prints_nothing_more():
+    out = io.StringIO()
+    progress = bar(Console(file=out, force_terminal=False, width=200))
+    ticker = PlainTicker(progress, progress.console, interval_s=3600.0)
+    ticker.start()
+    ticker.stop()  # ends the hour's wait at once
+    assert out.getvalue() == "" and ticker.line().startswith("train hf:model: 1/4")
 
 
 def test_a_terminal_gets_the_live_bar_and_no_plain_lines():
     out = io.StringIO()
     progress = bar(Console(file=out, force_terminal=True))
-    ticker = PlainTicker(progress, progress.console, interval_s=0.01)
+    ticks = Clock(intervals=3)
+    ticker = PlainTicker(progress, progress.console, interval_s=0.01, wait=ticks.wait)
     ticker.start()
-    time.sleep(0.1)
     ticker.stop()
-    assert not ticker.active and out.getvalue() == ""
+    assert not ticker.active and ticks.waits == [] and out.getvalue() == ""
 
 
 def test_clock():

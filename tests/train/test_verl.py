@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +121,31 @@ def test_a_lost_rollout_raises_out_of_verl_instead_of_scoring(run, tokenizer):
             score_with_verl(tokenizer, row, [SAMPLE])
     finally:
         verl_reward._scorers[key] = good
+
+
+SCORE_TWICE = """
+import asyncio, json, sys
+from mleforge.train.verl.reward import compute_score
+row = json.loads(sys.argv[1])
+print(json.dumps([asyncio.run(compute_score("mleforge", sys.argv[2], row["reward_model"]["ground_truth"],
+                                            row["extra_info"]))["cached"] for _ in range(2)]))
+"""
+
+
+def test_a_processs_scorer_is_closed_when_it_exits(run, tmp_path):
+    """verl's reward worker scores until it exits: its scorer's sandbox session and the folder
+    of its cache hits (what the second, cached, run was read back into) go when it does."""
+    row = BufferOwner(str(run.folder), name="").next_row()
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(Path(verl_reward.__file__).parents[3])}
+    env.pop("MLEFORGE_SANDBOX_DIR", None)
+    done = subprocess.run([sys.executable, "-c", SCORE_TWICE, json.dumps(row), SAMPLE], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)[1] == 1.0  # the second run: a hit of the result cache
+    assert list(temp.glob("mleforge-cache-hits-*")) == []
+    assert [p for p in temp.glob("mleforge-ws-*/*") if p.is_dir()] == []  # no sandbox session left
 
 
 def test_a_row_of_another_source_or_edited_is_refused(run):

@@ -47,8 +47,7 @@ def eval_configs(args: argparse.Namespace) -> tuple[EvalConfig, StepwiseStatesCo
     options from --threads, --engine and --quantization)."""
     from mleforge.cli.engine_options import engine_options
 
-    file = tree.load_yaml(args.config) if getattr(args, "config", None) else {}
-    data = tree.merge(file, tree.given(args))
+    data = tree.merge(_config_file(args), tree.given(args))
     names = {f.name for f in fields(StepwiseStatesConfig)}
     grid = {k: v for k, v in data.items() if k not in names}
     policy = grid.get("policy", EvalConfig.policy)
@@ -57,6 +56,10 @@ def eval_configs(args: argparse.Namespace) -> tuple[EvalConfig, StepwiseStatesCo
     grid["policy_options"] = {**grid.get("policy_options", {}), **local, **engine_options(args, policy)}
     states = tree.from_dict(StepwiseStatesConfig, {k: v for k, v in data.items() if k in names})
     return EvalConfig.from_dict(grid), states
+
+
+def _config_file(args: argparse.Namespace) -> dict[str, Any]:
+    return tree.load_yaml(args.config) if getattr(args, "config", None) else {}
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -101,7 +104,7 @@ def _policy_options(args: argparse.Namespace, config: EvalConfig, spec: str) -> 
     return {**local, **engine_options(args, spec)}
 
 
-def _pair_with(path: str, tasks: list) -> dict[str, Any]:
+def _pair_with(path: str, tasks: list, args: argparse.Namespace) -> dict[str, Any]:
     """The run.json of the `--stepwise` folder `path`: its states, seeds and journals."""
     from mleforge.errors import ConfigError
 
@@ -119,7 +122,29 @@ def _pair_with(path: str, tasks: list) -> dict[str, Any]:
     if sorted(record["tasks"]) != sorted(t.id for t in tasks):
         raise ConfigError(f"--pair-with {path}: it evaluated tasks {','.join(record['tasks'])}; give --tasks "
                           f"{','.join(record['tasks'])}")
+    conflicts = pairing_conflicts(record, _config_file(args), tree.given(args))
+    if conflicts:
+        raise ConfigError(f"--pair-with {path} evaluates that folder's very states and seeds, but "
+                          f"{'; '.join(conflicts)}: drop {'them' if len(conflicts) > 1 else 'it'} (or give the "
+                          "folder's values)")
     return record
+
+
+def pairing_conflicts(record: dict[str, Any], file: dict[str, Any], flags: dict[str, Any]) -> list[str]:
+    """The settings given (in the --config `file` or as `flags`) that the paired folder's
+    `record` fixes otherwise, each with both values; equal ones pass."""
+    seeds = record["seeds"]
+    fixed: dict[str, Any] = {"states": len(record["states"]), "samples": len(seeds), "sample_seed": seeds[0],
+                             "journals": Path(record["journals"]).resolve()}
+    out = []
+    for name, there in fixed.items():
+        source, value = ("--" + name.replace("_", "-"), flags[name]) if name in flags else (
+            f"{name} in --config", file.get(name))
+        if value is None:  # not given (or null: the default)
+            continue
+        if (Path(value).resolve() if name == "journals" else value) != there:
+            out.append(f"{source} is {value} where the folder has {there}")
+    return out
 
 
 def _evaluate(args: argparse.Namespace, config: EvalConfig, chosen: StepwiseStatesConfig, spec: str, draw: Any,
@@ -170,7 +195,7 @@ def cmd_eval_stepwise(args: argparse.Namespace) -> int:
                           "policy, evaluate it twice at different --sample-seed and run `mleforge eval compare "
                           "A B --other-seeds`)")
     registry, tasks = _prepared_tasks(args, config)
-    pair = _pair_with(args.pair_with, tasks) if getattr(args, "pair_with", None) else None
+    pair = _pair_with(args.pair_with, tasks, args) if getattr(args, "pair_with", None) else None
     if pair is not None and compare:
         raise ConfigError("--pair-with and --compare: --compare evaluates both policies on one draw already; "
                           "give one of them")

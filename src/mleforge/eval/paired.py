@@ -34,7 +34,7 @@ after run, says the evaluation is not paired the way it claims.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -91,6 +91,9 @@ def unit_means(values: Mapping[str, Sequence[float]]) -> dict[str, float]:
     """Each unit's mean over its values (its seeds); a unit with no value is refused."""
     out = {}
     for unit, vals in values.items():
+        if isinstance(vals, (str, bytes)) or not isinstance(vals, Iterable):
+            raise PairingError(f"unit {unit!r}: give a list of values, one per seed ({{unit: [value, ...]}}); "
+                               f"got {vals!r}")
         try:
             vals = [float(v) for v in vals]
         except (TypeError, ValueError):

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -399,13 +399,18 @@ class StepwiseResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StepwiseResult:
         try:
+            records = tuple(StepwiseRecord.from_dict(r) for r in data["records"])
+            seeds = tuple(data.get("seeds") or ())
+            sampled = data["sampling"].get("seed")
+            if not seeds and isinstance(sampled, int) and all(r.seed is None for r in records):
+                # Format 1: one completion per state at the sampling's own seed, which run_stepwise
+                # now records as seeds (sampled,); so named, it pairs with a result made since.
+                seeds, records = (sampled,), tuple(replace(r, seed=sampled) for r in records)
             return cls(policy=data["policy"], tasks=tuple(data["tasks"]), sampling=dict(data["sampling"]),
-                       prompt_profile=data["prompt_profile"],
-                       records=tuple(StepwiseRecord.from_dict(r) for r in data["records"]),
+                       prompt_profile=data["prompt_profile"], records=records,
                        contamination=dict(data.get("contamination") or {}),
-                       timing=dict(data.get("timing") or {}), seeds=tuple(data.get("seeds") or ()),
-                       draw=dict(data.get("draw") or {}))
-        except (KeyError, TypeError) as exc:
+                       timing=dict(data.get("timing") or {}), seeds=seeds, draw=dict(data.get("draw") or {}))
+        except (KeyError, TypeError, AttributeError) as exc:
             raise ConfigError(f"not a step-wise evaluation result: {exc!r}") from None
 
 

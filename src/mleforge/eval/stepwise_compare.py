@@ -107,11 +107,15 @@ def compare_results(a: StepwiseResult, b: StepwiseResult, *, labels: tuple[str, 
     """B - A of every metric, paired by state (see the module docstring); refused with a
     ConfigError when the two do not hold the same states at the same seeds."""
     _check_pairing(a, b, labels, other_seeds)
-    ra, rb = a.headline_records, b.headline_records
-    states = tuple(s for s in a.states if s in {r.state_id for r in ra})
+    # The states with headroom on both sides: the sides agree unless one was written before
+    # headroom was recorded (unknown there, known on the other side).
+    both = {r.state_id for r in a.headline_records} & {r.state_id for r in b.headline_records}
+    ra = [r for r in a.headline_records if r.state_id in both]
+    rb = [r for r in b.headline_records if r.state_id in both]
+    states = tuple(s for s in a.states if s in both)
     kind = "other_seeds" if other_seeds and tuple(a.seeds) != tuple(b.seeds) else "paired"
     return StepwiseComparison(labels[0], labels[1], a.policy, b.policy, states, tuple(a.seeds), tuple(b.seeds),
-                              _differences(ra, rb), a.no_headroom["n_states"], kind, _notes(a, b))
+                              _differences(ra, rb), len(a.states) - len(states), kind, _notes(a, b))
 
 
 def null_control(result: StepwiseResult, label: str = "") -> StepwiseComparison:

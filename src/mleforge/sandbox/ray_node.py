@@ -18,7 +18,6 @@ import atexit
 import contextlib
 import io
 import os
-import shutil
 import tarfile
 import tempfile
 import threading
@@ -151,8 +150,15 @@ def node_data(key: str, ref) -> tuple[Path, bool]:
 
 
 def _unpack(key: str, archive: bytes, root: Path) -> None:
+    """Unpack into a staging folder, check, make read-only, move into place. Called under
+    the key's lock: a staging folder of the key found there is a killed worker's, removed."""
     from mleforge.sandbox.caching_executor import checksum_of_folder
+    from mleforge.sandbox.workspace import remove_tree
 
+    for stale in root.glob(f"{key}.*"):
+        if stale.is_dir() and not stale.is_symlink():
+            with contextlib.suppress(OSError):  # another user's, say: it only takes room
+                remove_tree(stale)
     staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
     try:
         with tarfile.open(fileobj=io.BytesIO(archive), mode="r") as tar:
@@ -169,9 +175,12 @@ def _unpack(key: str, archive: bytes, root: Path) -> None:
             os.chmod(path, 0o555 if path.is_dir() else 0o444)
         os.chmod(staging, 0o755)
         os.replace(staging, root / key)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(staging)
+    except BaseException:
+        # Read-only by now, maybe: remove_tree makes each folder writable first, as a non-root
+        # worker must. The error raised is the one that stopped the unpacking, never this one's.
+        with contextlib.suppress(OSError):
+            remove_tree(staging)
+        raise
 
 
 def check_members(tar: tarfile.TarFile) -> None:

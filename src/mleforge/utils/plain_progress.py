@@ -8,6 +8,7 @@ the figures shown beside it); on a terminal, or with the bars disabled, it does 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -25,14 +26,20 @@ def clock(seconds: float | None) -> str:
 
 class PlainTicker:
     """Prints `progress`'s line on `console` every `interval_s` while started, where the
-    console is not a terminal and the progress is not disabled."""
+    console is not a terminal and the progress is not disabled.
 
-    def __init__(self, progress: Any, console: Console, interval_s: float = PLAIN_INTERVAL_S):
+    `wait` is its clock: called with the interval, it returns once that much time has passed
+    (False) or the ticker is stopped (True). The default waits on the ticker's stop event;
+    a test drives the ticker with a clock of its own instead of sleeping."""
+
+    def __init__(self, progress: Any, console: Console, interval_s: float = PLAIN_INTERVAL_S,
+                 wait: Callable[[float], bool] | None = None):
         self.progress = progress
         self.console = console
         self.interval_s = interval_s
         self.active = not console.is_terminal and not progress.disable
         self._stop = threading.Event()
+        self._wait = wait or self._stop.wait
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -61,7 +68,7 @@ class PlainTicker:
         return "; ".join(parts)
 
     def _tick(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._wait(self.interval_s) and not self._stop.is_set():
             text = self.line()
             if text:
                 self.console.print(text, markup=False, highlight=False, soft_wrap=True)

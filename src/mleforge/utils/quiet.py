@@ -10,6 +10,11 @@ caller's line, MESSAGES) are ignored, their loggers pass errors only, and the pr
 of transformers and datasets are off. On leaving, each setting is as it was: nothing is
 muted at import or for the rest of the process, and mleforge's own warnings, progress and
 errors pass. MLEFORGE_VERBOSE=1 leaves everything as the libraries have it.
+
+The settings are the process's (warning filters, loggers, the libraries' flags), and threads
+enter it at once (a model generating on one while another trains): the first to enter mutes,
+the last to leave restores, whatever their order, so that one thread's leaving neither
+unmutes another's work nor leaves the filters on.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import importlib.util
 import logging
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
 
@@ -31,6 +37,10 @@ MESSAGES = (
 )
 VERBOSE_ENV = "MLEFORGE_VERBOSE"
 
+_lock = threading.Lock()
+_depth = 0  # how many quiet_libraries() are open, in all threads
+_muted: contextlib.ExitStack | None = None  # what restores the settings, while _depth > 0
+
 
 def verbose() -> bool:
     return os.environ.get(VERBOSE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
@@ -42,12 +52,36 @@ def quiet_libraries() -> Iterator[None]:
     if verbose():
         yield
         return
-    with warnings.catch_warnings(), _bars_off(), _loggers_at(logging.ERROR):
-        for category in CATEGORIES:
-            warnings.filterwarnings("ignore", category=category, module=MODULES)
-        for message in MESSAGES:
-            warnings.filterwarnings("ignore", message=message)
+    _enter()
+    try:
         yield
+    finally:
+        _leave()
+
+
+def _enter() -> None:
+    global _depth, _muted
+    with _lock:
+        if _depth == 0:
+            with contextlib.ExitStack() as stack:  # unwound at once if muting fails half-way
+                stack.enter_context(warnings.catch_warnings())
+                stack.enter_context(_bars_off())
+                stack.enter_context(_loggers_at(logging.ERROR))
+                for category in CATEGORIES:
+                    warnings.filterwarnings("ignore", category=category, module=MODULES)
+                for message in MESSAGES:
+                    warnings.filterwarnings("ignore", message=message)
+                _muted = stack.pop_all()
+        _depth += 1
+
+
+def _leave() -> None:
+    global _depth, _muted
+    with _lock:
+        _depth -= 1
+        if _depth == 0:
+            muted, _muted = _muted, None
+            muted.close()
 
 
 @contextlib.contextmanager

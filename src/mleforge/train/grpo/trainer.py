@@ -128,7 +128,10 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         rewards = (per_func * weights).nansum(dim=1)
         rewards[torch.isnan(per_func).all(dim=1)] = float("nan")  # lost: no reward, as TRL has it
         listed = rewards.tolist()
-        invalid = invalid_groups_of(listed, self.num_generations, self.valid_from)
+        # TRL holds rewards in float32: the worst valid run's reward may round below the float64
+        # threshold. Rounding is monotonic, so the threshold rounded the same way keeps it valid.
+        valid_from = torch.tensor(self.valid_from, dtype=rewards.dtype).item()
+        invalid = invalid_groups_of(listed, self.num_generations, valid_from)
         self._metrics["train"]["frac_groups_no_valid"].append(sum(invalid) / max(1, len(invalid)))
         if self.invalid_groups == "standardize" or not any(invalid):
             return output
@@ -137,7 +140,7 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         start = self.accelerator.process_index * local_rows
         whole = [0.0] * len(listed)
         whole[start:start + local_rows] = output["advantages"].tolist()
-        treated = treat_invalid_groups(whole, listed, self.num_generations, self.valid_from, self.invalid_groups)
+        treated = treat_invalid_groups(whole, listed, self.num_generations, valid_from, self.invalid_groups)
         output["advantages"] = torch.tensor(treated[start:start + local_rows], dtype=output["advantages"].dtype,
                                             device=output["advantages"].device)
         return output

@@ -32,6 +32,7 @@ other exception is a bug of ours and propagates.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -118,16 +119,41 @@ def run_executor(run: VerlRun) -> Any:
     return CachingExecutor(executor, cache)
 
 
+# verl calls compute_score once per rollout, in a process that scores for the whole run: a
+# run's scorer (its thread pool, executor and result cache) lives as long as that process, and
+# is closed when it exits (close_scorers), so that its sandbox session and the folder of its
+# cache hits go with it. A run folder's config never changes (prepare_run refuses another).
 _scorers: dict[str, Scorer] = {}
 _scorers_lock = threading.Lock()
+_close_at_exit = False
 
 
 def scorer_for(folder: str) -> Scorer:
-    """This process's scorer of the run in `folder`, made on first use."""
+    """This process's scorer of the run in `folder`, made on first use, closed at exit."""
+    global _close_at_exit
+    key = str(Path(folder).resolve())  # one scorer per run, however its folder is spelled
     with _scorers_lock:
-        if folder not in _scorers:
-            _scorers[folder] = Scorer(VerlRun.load(folder))
-        return _scorers[folder]
+        if key not in _scorers:
+            _scorers[key] = Scorer(VerlRun.load(key))
+            if not _close_at_exit:
+                atexit.register(close_scorers)
+                _close_at_exit = True
+        return _scorers[key]
+
+
+def close_scorers() -> None:
+    """Close this process's scorers (at its exit; a later scorer_for makes new ones)."""
+    with _scorers_lock:
+        scorers = list(_scorers.values())
+        _scorers.clear()
+    errors = []
+    for scorer in scorers:
+        try:
+            scorer.close()
+        except Exception as exc:  # the others are closed all the same
+            errors.append(exc)
+    if errors:
+        raise errors[0]
 
 
 def result_of(outcome: StepOutcome) -> dict[str, float]:
