@@ -18,11 +18,16 @@ One more, for devices without Triton (a CPU): TRL 1.16's fused LM head projects 
 completion positions through the vocabulary where Triton runs, and every position
 elsewhere (so that tile shapes stay fixed). A CPU step's sequence is a long prompt and a
 short completion, so the head did several times the work needed (`python benchmarks/lm_head.py`
-measures it). There, `_get_per_token_logps_and_entropies` asks the
-model's own forward for the last `logits_to_keep + 1` positions' logits and takes the same
-log-probabilities and entropies from them with TRL's `selective_log_softmax_and_entropy`
-(equal to the fused head's to float precision: tests/train/test_trainer_logps.py). The loss,
-advantages and everything after are TRL's, unchanged.
+measures it). There, `_get_per_token_logps_and_entropies` takes the decoder's hidden states
+at the last `logits_to_keep + 1` positions only and projects them through the head with TRL's
+chunked kernel, a tile of the vocabulary at a time (mleforge.train.grpo.chunked_head), so that a
+micro-batch's logits, [rows, positions, vocabulary] floats, are never held whole for the backward
+pass; and the attention takes the keys and values per key/value head (mleforge.train.grpo.kv_heads)
+rather than copied out to every query head. The log-probabilities and entropies equal the fused
+head's to float precision (tests/train/test_trainer_logps.py, test_chunked_head.py); the update's
+peak memory and time are `python benchmarks/memory.py --phases grpo_step,grpo_step_paired`'s.
+After each update the C heap's freed pages go back to the system (mleforge.utils.memory). The
+loss, advantages and everything after are TRL's, unchanged.
 
 On that path the rows of one call that share a prompt (a GRPO group) run it through the model
 once: the prompt's forward keeps its graph and its key/value cache is gathered out to the rows,
