@@ -39,7 +39,12 @@ SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "output_multiplier", 
 def split_head(model: Any) -> tuple[Any, Any] | None:
     """(the decoder, the head) of `model` whose logits are the head of the decoder's last hidden states,
     where the head is a plain `torch.nn.Linear` and the config scales or caps nothing; None otherwise
-    (a multimodal model, an adapter on the head, Gemma's soft-capping, Granite's logit scaling)."""
+    (a multimodal model, an adapter on the head, Gemma's soft-capping, Granite's logit scaling), and
+    where the installed TRL has no ChunkedLogProbFunction (before 1.x)."""
+    try:
+        from trl.kernels import ChunkedLogProbFunction  # noqa: F401
+    except ImportError:
+        return None
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft model's transformers one
     config = getattr(base, "config", None)
     if config is None or not hasattr(config, "get_text_config") or config.get_text_config() is not config:

@@ -11,7 +11,8 @@ over the prompt and the completions are copied 7 times (Qwen2.5-0.5B: 14 query h
 key/value heads) and kept for the backward pass: about 0.9 GB for one group of the cpu preset.
 torch's CPU flash-attention kernel takes grouped heads with a mask (`enable_gqa`, torch 2.5 on):
 the same values, without the copies. Inside the block, transformers' choice is True for CPU
-tensors and its own for any other device; outside, it is transformers' own everywhere.
+tensors and its own for any other device (and everywhere before torch 2.5); outside, it is
+transformers' own everywhere.
 """
 
 from __future__ import annotations
@@ -25,9 +26,14 @@ from typing import Any
 def grouped_kv_on_cpu() -> Iterator[None]:
     """Within the block, transformers' SDPA attention passes grouped keys and values to torch for CPU
     tensors (see the module docstring); a transformers without that choice is left as it is."""
+    import torch
+
     try:
         from transformers.integrations import sdpa_attention
     except ImportError:
+        yield
+        return
+    if tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) < (2, 5):  # no enable_gqa
         yield
         return
     original = getattr(sdpa_attention, "use_gqa_in_sdpa", None)
