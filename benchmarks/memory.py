@@ -22,6 +22,13 @@ Phases (the model is `--model`, the cpu preset's bundled Qwen2.5-Coder-0.5B by d
     eval_conversion  the step-wise evaluation's ct2 conversion (int8) of the model, into an empty
                      cache (what the evaluations after SFT and after GRPO do for their new weights)
     eval_policy      the step-wise evaluation's policy loaded from that conversion (cached)
+    grpo_step        load, then one GRPO update of a micro-batch as the cpu preset makes it (one group:
+                     `--prompt-tokens` shared, completions of up to max_new_tokens) through the
+                     trainer's path (mleforge.train.grpo.trainer.completion_logps and a backward)
+    grpo_step_paired the same update through the trainer's path ("new") and through the full logits
+                     with the key/value heads repeated ("old", the path before the chunked head),
+                     alternated `--repeats` times in one process: each one's seconds and its peak
+                     above the process's resident set before it (sampled here, every 10 ms)
     grpo             `mleforge train` with no warm start and no step-wise evaluation: GRPO alone
                      (`--steps` steps: the trainer, its optimizer, the rollout engine, the pool)
     sft              `mleforge train --sft auto` without the step-wise evaluation, one GRPO step:
@@ -50,7 +57,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _record import print_table, table, write_result  # noqa: E402
 
-PHASES = ("imports", "gguf_convert", "load", "rollout_engine", "eval_conversion", "eval_policy", "grpo", "sft")
+PHASES = ("imports", "gguf_convert", "load", "rollout_engine", "eval_conversion", "eval_policy", "grpo_step",
+          "grpo_step_paired", "grpo", "sft")
 MIB = 2**20
 SAMPLE_S = 0.05
 
@@ -148,6 +156,123 @@ def phase_eval_policy(args: argparse.Namespace, marks: dict[str, float]) -> None
     policy.close()
 
 
+class _PeakWatch:
+    """This process's RSS sampled every 10 ms on a thread: `reset()` starts a new peak."""
+
+    def __init__(self) -> None:
+        import threading
+
+        import psutil
+
+        self.process = psutil.Process()
+        self.peak = self.process.memory_info().rss
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        while True:
+            self.peak = max(self.peak, self.process.memory_info().rss)
+            time.sleep(0.01)
+
+    def reset(self) -> int:
+        """The RSS now, which the next peak starts from."""
+        self.peak = self.process.memory_info().rss
+        return self.peak
+
+
+def _update_batch(args: argparse.Namespace, vocab: int) -> tuple[Any, Any, int, Any]:
+    """One group of the cpu preset: (ids, mask, completion length, advantages); its prompt of
+    `--prompt-tokens` random tokens, left as TRL lays it out, its completions right-padded to the
+    longest (max_new_tokens) and of lengths falling to a third of it."""
+    import torch
+
+    from mleforge.train.config import TrainConfig
+
+    config = TrainConfig()
+    group, keep = config.group_size, config.max_new_tokens
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(100, vocab - 100, (args.prompt_tokens,), generator=generator)
+    ids = torch.cat([prompt.expand(group, -1), torch.randint(100, vocab - 100, (group, keep), generator=generator)], 1)
+    mask = torch.ones_like(ids)
+    for row in range(group):
+        mask[row, args.prompt_tokens + keep - row * keep // (group + 2):] = 0
+    advantages = torch.linspace(1.0, -1.0, group)
+    return ids.masked_fill(mask == 0, 0), mask, keep, advantages
+
+
+def _update(model: Any, batch: tuple[Any, Any, int, Any], **paths: Any) -> tuple[float, Any]:
+    """A GRPO update of `batch` as the cpu preset's trainer runs it (prompt_grad off, the entropy
+    logged without a gradient) and its policy-gradient loss at ratio 1 (TRL's loss's gradient
+    there): its seconds and the log-probabilities."""
+    from mleforge.train.config import TrainConfig
+    from mleforge.train.grpo.trainer import completion_logps
+
+    config = TrainConfig()
+    ids, mask, keep, advantages = batch
+    started = time.perf_counter()
+    logps, entropy, _ = completion_logps(model, ids, mask, keep, batch_size=None, compute_entropy=True,
+                                         temperature=config.temperature, entropy_requires_grad=False,
+                                         prompt_grad=config.model.prompt_grad, **paths)
+    kept = mask[:, -keep:]
+    loss = -(logps * advantages[:, None] * kept).sum() / kept.sum()
+    loss.backward()
+    float((entropy * kept).sum() / kept.sum())  # as TRL logs it
+    seconds = time.perf_counter() - started
+    model.zero_grad(set_to_none=True)
+    return seconds, logps.detach()
+
+
+def _touch_weights(model: Any) -> None:
+    """A short forward without a graph: every weight resident, as a run's model is by its first update."""
+    import torch
+
+    with torch.no_grad():
+        model(input_ids=torch.ones((1, 8), dtype=torch.long))
+
+
+def phase_grpo_step(args: argparse.Namespace, marks: dict[str, float]) -> None:
+    from mleforge.utils.memory import release_memory
+
+    model, _ = _load(args)
+    model.train()
+    _touch_weights(model)
+    batch = _update_batch(args, model.get_output_embeddings().weight.size(0))
+    release_memory()
+    marks["loaded_mib"] = _rss_mib()
+    seconds = [_update(model, batch)[0] for _ in range(args.repeats)]
+    marks["update_s"] = round(min(seconds), 2)
+
+
+OLD_PATH = {"chunked_head": False, "kv_heads": False}
+
+
+def phase_grpo_step_paired(args: argparse.Namespace, marks: dict[str, float]) -> None:
+    import statistics
+
+    from mleforge.utils.memory import release_memory
+
+    model, _ = _load(args)
+    model.train()
+    _touch_weights(model)
+    batch = _update_batch(args, model.get_output_embeddings().weight.size(0))
+    watch = _PeakWatch()
+    seconds: dict[str, list[float]] = {"old": [], "new": []}
+    peaks: dict[str, float] = {"old": 0.0, "new": 0.0}
+    logps: dict[str, Any] = {}
+    for repeat in range(args.repeats):
+        for name in (("old", "new") if repeat % 2 == 0 else ("new", "old")):  # ABBA: drift cancels
+            release_memory()
+            start = watch.reset()
+            took, logps[name] = _update(model, batch, **(OLD_PATH if name == "old" else {}))
+            seconds[name].append(took)
+            peaks[name] = max(peaks[name], (watch.peak - start) / MIB)
+    diffs = [new - old for new, old in zip(seconds["new"], seconds["old"])]
+    marks.update({f"{name}_s": round(statistics.mean(values), 2) for name, values in seconds.items()})
+    marks["new_minus_old_s"] = round(statistics.mean(diffs), 2)
+    marks["se_s"] = round(statistics.stdev(diffs) / len(diffs) ** 0.5, 2) if len(diffs) > 1 else float("nan")
+    marks.update({f"{name}_peak_mib": round(peak) for name, peak in peaks.items()})
+    marks["max_abs_logp_diff"] = float((logps["new"] - logps["old"]).abs().max())
+
+
 def _train(args: argparse.Namespace, marks: dict[str, float], **overrides: Any) -> None:
     from mleforge.train.config import TrainConfig
     from mleforge.train.recipe import train
@@ -236,7 +361,8 @@ def _sample(root: Any) -> tuple[int, int]:
 
 
 def measure_phase(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--phase", name, "--model", args.model, "--steps", str(args.steps)]
+    command = [sys.executable, __file__, "--phase", name, "--model", args.model, "--steps", str(args.steps),
+               "--repeats", str(args.repeats), "--prompt-tokens", str(args.prompt_tokens)]
     if args.threads:
         command += ["--threads", str(args.threads)]
     return {"phase": name, **sample_tree(command)}
@@ -256,6 +382,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="bundled:qwen2.5-coder-0.5b")
     parser.add_argument("--threads", type=int, default=None, help="torch and ct2 threads (none: their default)")
     parser.add_argument("--steps", type=int, default=2, help="GRPO steps of the grpo phase")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="updates of grpo_step (its fastest is kept) and pairs of grpo_step_paired")
+    parser.add_argument("--prompt-tokens", type=int, default=1250,
+                        help="the prompt of grpo_step's group (the cpu preset's states render ~1,250 tokens)")
     parser.add_argument("--main-job", action="store_true", help="also measure `mleforge train` itself")
     parser.add_argument("--train-args", nargs=argparse.REMAINDER, default=[],
                         help="arguments after this go to `mleforge train` (--main-job)")

@@ -18,11 +18,16 @@ One more, for devices without Triton (a CPU): TRL 1.16's fused LM head projects 
 completion positions through the vocabulary where Triton runs, and every position
 elsewhere (so that tile shapes stay fixed). A CPU step's sequence is a long prompt and a
 short completion, so the head did several times the work needed (`python benchmarks/lm_head.py`
-measures it). There, `_get_per_token_logps_and_entropies` asks the
-model's own forward for the last `logits_to_keep + 1` positions' logits and takes the same
-log-probabilities and entropies from them with TRL's `selective_log_softmax_and_entropy`
-(equal to the fused head's to float precision: tests/train/test_trainer_logps.py). The loss,
-advantages and everything after are TRL's, unchanged.
+measures it). There, `_get_per_token_logps_and_entropies` takes the decoder's hidden states
+at the last `logits_to_keep + 1` positions only and projects them through the head with TRL's
+chunked kernel, a tile of the vocabulary at a time (mleforge.train.grpo.chunked_head), so that a
+micro-batch's logits, [rows, positions, vocabulary] floats, are never held whole for the backward
+pass; and the attention takes the keys and values per key/value head (mleforge.train.grpo.kv_heads)
+rather than copied out to every query head. The log-probabilities and entropies equal the fused
+head's to float precision (tests/train/test_trainer_logps.py, test_chunked_head.py); the update's
+peak memory and time are `python benchmarks/memory.py --phases grpo_step,grpo_step_paired`'s.
+After each update the C heap's freed pages go back to the system (mleforge.utils.memory). The
+loss, advantages and everything after are TRL's, unchanged.
 
 On that path the rows of one call that share a prompt (a GRPO group) run it through the model
 once: the prompt's forward keeps its graph and its key/value cache is gathered out to the rows,
@@ -31,7 +36,7 @@ micro-batch is one group, and `_prepare_inputs` re-splits TRL's shuffled step so
 micro-batch holds one prompt's rows, which makes a group's update several times cheaper than
 one sequence at a time (`python benchmarks/lm_head.py --group 4`).
 With ModelConfig.prompt_grad off (the cpu preset's) the prompt but its last token runs without a
-graph (`_detached_prompt_logits`), so the backward pass covers the completions only. Where Triton
+graph (`_detached_prompt_forward`), so the backward pass covers the completions only. Where Triton
 runs (a GPU), and wherever several processes train (DDP's wrapper syncs gradients on one forward
 through it), TRL's own path runs as it is, with the exact gradient, whatever prompt_grad says.
 
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -54,8 +60,11 @@ from mleforge.train.grpo.advantages import (
     invalid_groups_of,
     treat_invalid_groups,
 )
+from mleforge.train.grpo.chunked_head import head_logps, split_head
 from mleforge.train.grpo.generation import rollout_figures
+from mleforge.train.grpo.kv_heads import grouped_kv_on_cpu
 from mleforge.train.grpo.state_feed import CurriculumFeed
+from mleforge.utils.memory import release_memory
 
 # Logits one call of the model may hold on the device-without-Triton path (float32: 1 GiB);
 # a larger chunk of sequences is split into smaller ones.
@@ -145,6 +154,14 @@ class CurriculumGRPOTrainer(GRPOTrainer):
                                             device=output["advantages"].device)
         return output
 
+    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.accelerator.device.type == "cpu":
+            # The update's activations are freed now, but glibc keeps most of them in its heap: without
+            # this they stay resident under the next step's engine sync and the evaluation after.
+            release_memory()
+        return loss
+
     def _prepare_inputs(self, generation_batch: Any) -> Any:
         # TRL shuffles a step's sequences before splitting them into micro-batches. Where the
         # completion-only path shares a group's prompt (a device without Triton), the split is
@@ -221,18 +238,29 @@ def regroup_by_prompt(batches: list[dict[str, Any]]) -> list[dict[str, Any]] | N
 
 def completion_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, *, batch_size: int | None,
                      compute_entropy: bool, temperature: float, entropy_requires_grad: bool,
-                     share_prompts: bool = True, prompt_grad: bool = True) -> tuple[Any, Any, None]:
+                     share_prompts: bool = True, prompt_grad: bool = True, chunked_head: bool = True,
+                     kv_heads: bool = True) -> tuple[Any, Any, None]:
     """The log-probability (and entropy) of each of the last `logits_to_keep` tokens, as TRL's fused
     head gives them (0 at padding), with the vocabulary projection on those positions only.
 
     share_prompts: rows of one call whose prompts (every position before the last `logits_to_keep`,
     tokens and mask) are identical, as a GRPO group's are, run their prompt through the model once
-    (see `_shared_prompt_logits`). prompt_grad False: the prompts but their last token run without
-    a graph (`_detached_prompt_logits`): the same values, a gradient that leaves out the path
-    through the prompt's keys and values (ModelConfig.prompt_grad)."""
+    (see `_shared_prompt_forward`). prompt_grad False: the prompts but their last token run without
+    a graph (`_detached_prompt_forward`): the same values, a gradient that leaves out the path
+    through the prompt's keys and values (ModelConfig.prompt_grad). chunked_head: the decoder's hidden
+    states go through the head a tile of the vocabulary at a time (mleforge.train.grpo.chunked_head),
+    so that the [rows, positions, vocabulary] logits and their gradient are never held whole, where
+    the model's head allows it; off (or a head it cannot take), the model's own logits. kv_heads: the
+    attention takes a grouped-query model's keys and values per key/value head on a CPU
+    (mleforge.train.grpo.kv_heads) rather than copied out to every query head. Either way the
+    values are the same to float precision."""
     rows = input_ids.size(0)
-    vocab = model.get_output_embeddings().weight.size(0)
-    chunk = max(1, min(batch_size or rows, MAX_LOGITS // max(1, (logits_to_keep + 1) * vocab)))
+    split = split_head(model) if chunked_head else None
+    if split is None:  # the logits are held: as many rows a call as MAX_LOGITS allows
+        vocab = model.get_output_embeddings().weight.size(0)
+        chunk = max(1, min(batch_size or rows, MAX_LOGITS // max(1, (logits_to_keep + 1) * vocab)))
+    else:
+        chunk = batch_size or rows
     order, bounds = None, list(range(0, rows, chunk)) + [rows]
     if share_prompts and chunk < rows:
         # TRL shuffled the step's rows: put each prompt's rows side by side, cut the chunks between
@@ -243,28 +271,54 @@ def completion_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_
             input_ids, attention_mask = input_ids[order], attention_mask[order]
             bounds = chunk_bounds(torch.bincount(found[1]).tolist(), chunk)
     logps, entropies = [], []
-    for start, end in zip(bounds, bounds[1:]):
-        ids, mask = input_ids[start:end], attention_mask[start:end]
-        logits = None
-        if not prompt_grad:
-            logits = _detached_prompt_logits(model, ids, mask, logits_to_keep, share_prompts)
-        elif share_prompts:
-            logits = _shared_prompt_logits(model, ids, mask, logits_to_keep)
-        if logits is None:
-            # The last logits_to_keep + 1 positions: position t predicts token t + 1, the last predicts nothing.
-            logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=logits_to_keep + 1,
-                           use_cache=False).logits[:, :-1]
-        keep = mask[:, -logits_to_keep:]
-        lp, ent = selective_log_softmax_and_entropy(logits.float(), ids[:, -logits_to_keep:],
-                                                    entropy_requires_grad=entropy_requires_grad,
-                                                    temperature=temperature, row_mask=keep)
-        logps.append(lp.masked_fill(keep == 0, 0.0))
-        entropies.append(ent)
+    with grouped_kv_on_cpu() if kv_heads else nullcontext():
+        for start, end in zip(bounds, bounds[1:]):
+            lp, ent = _score_rows(model, split, input_ids[start:end], attention_mask[start:end], logits_to_keep,
+                                  compute_entropy=compute_entropy, temperature=temperature,
+                                  entropy_requires_grad=entropy_requires_grad, share_prompts=share_prompts,
+                                  prompt_grad=prompt_grad)
+            logps.append(lp)
+            entropies.append(ent)
     logp, entropy = torch.cat(logps), (torch.cat(entropies) if compute_entropy else None)
     if order is not None:
         back = torch.argsort(order)
         logp, entropy = logp[back], (entropy[back] if entropy is not None else None)
     return logp, entropy, None
+
+
+def _score_rows(model: Any, split: tuple[Any, Any] | None, ids: Any, mask: Any, logits_to_keep: int, *,
+                compute_entropy: bool, temperature: float, entropy_requires_grad: bool, share_prompts: bool,
+                prompt_grad: bool) -> tuple[Any, Any]:
+    """completion_logps of one call's rows: (log-probabilities, entropies or None)."""
+    scores = None  # the logits (or with `split`, the hidden states) that predict the kept tokens
+    if not prompt_grad:
+        scores = _detached_prompt_forward(model, split, ids, mask, logits_to_keep, share_prompts)
+    elif share_prompts:
+        scores = _shared_prompt_forward(model, split, ids, mask, logits_to_keep)
+    if scores is None:
+        # The last logits_to_keep + 1 positions: position t predicts token t + 1, the last predicts nothing.
+        scores = last_positions(model, split, logits_to_keep + 1, input_ids=ids, attention_mask=mask,
+                                use_cache=False)[0][:, :-1]
+    keep, targets = mask[:, -logits_to_keep:], ids[:, -logits_to_keep:]
+    if split is not None:
+        lp, ent = head_logps(split[1], scores, targets, keep, temperature=temperature,
+                             compute_entropy=compute_entropy, entropy_requires_grad=entropy_requires_grad)
+    else:
+        lp, ent = selective_log_softmax_and_entropy(scores.float(), targets,
+                                                    entropy_requires_grad=entropy_requires_grad,
+                                                    temperature=temperature, row_mask=keep)
+    return lp.masked_fill(keep == 0, 0.0), ent
+
+
+def last_positions(model: Any, split: tuple[Any, Any] | None, count: int, **kwargs: Any) -> tuple[Any, Any]:
+    """(the logits of a forward's last `count` positions, or with `split` (mleforge.train.grpo.chunked_head's
+    decoder and head) the decoder's hidden states there, which the head turns into those logits), and
+    the forward's output (its key/value cache)."""
+    if split is None:
+        output = model(logits_to_keep=count, **kwargs)
+        return output.logits, output
+    output = split[0](**kwargs)
+    return output.last_hidden_state[:, -count:], output
 
 
 def chunk_bounds(groups: list[int], chunk: int) -> list[int]:
@@ -302,10 +356,10 @@ def shared_prompts(input_ids: Any, attention_mask: Any, logits_to_keep: int) -> 
     return first, inverse
 
 
-def _shared_prompt_logits(model: Any, ids: Any, mask: Any, logits_to_keep: int) -> Any:
-    """The logits `model(ids, logits_to_keep=logits_to_keep + 1).logits[:, :-1]` would give, with each
-    distinct prompt run through the model once; None where no two rows share a prompt, or the model
-    cannot take a key/value cache here.
+def _shared_prompt_forward(model: Any, split: tuple[Any, Any] | None, ids: Any, mask: Any, logits_to_keep: int) -> Any:
+    """The logits `model(ids, logits_to_keep=logits_to_keep + 1).logits[:, :-1]` would give (with `split`,
+    the hidden states they come from: `last_positions`), with each distinct prompt run through the
+    model once; None where no two rows share a prompt, or the model cannot take a key/value cache here.
 
     A GRPO group is G completions of one prompt: on a CPU the cpu preset's ~1,250-token prompt
     and <=192-token completions make a group's four full sequences ~5,600 positions, and the
@@ -321,22 +375,23 @@ def _shared_prompt_logits(model: Any, ids: Any, mask: Any, logits_to_keep: int) 
         return None
     first, inverse = found
     prompt_len = ids.size(1) - logits_to_keep
-    prompt = model(input_ids=ids[first, :prompt_len], attention_mask=mask[first, :prompt_len], logits_to_keep=1,
-                   use_cache=True)
+    last, prompt = last_positions(model, split, 1, input_ids=ids[first, :prompt_len],
+                                  attention_mask=mask[first, :prompt_len], use_cache=True)
     cache = full_cache(prompt)
     if cache is None:
         return None
     cache.batch_select_indices(inverse)
-    completion = model(input_ids=ids[:, prompt_len:], attention_mask=mask, logits_to_keep=logits_to_keep,
-                       use_cache=True, **{cache_field(): cache}).logits
+    completion, _ = last_positions(model, split, logits_to_keep, input_ids=ids[:, prompt_len:], attention_mask=mask,
+                                   use_cache=True, **{cache_field(): cache})
     # The prompt's last position predicts the first completion token; the completion's last, nothing.
-    return torch.cat([prompt.logits[inverse], completion[:, :-1]], dim=1)
+    return torch.cat([last[inverse], completion[:, :-1]], dim=1)
 
 
-def _detached_prompt_logits(model: Any, ids: Any, mask: Any, logits_to_keep: int, share_prompts: bool) -> Any:
-    """The logits `model(ids, logits_to_keep=logits_to_keep + 1).logits[:, :-1]` would give, with
-    every prompt position but the last run under `torch.no_grad()` (each distinct prompt once where
-    `share_prompts`); None where that cannot be done here (a prompt of one token, a prefix of
+def _detached_prompt_forward(model: Any, split: tuple[Any, Any] | None, ids: Any, mask: Any, logits_to_keep: int,
+                             share_prompts: bool) -> Any:
+    """The logits `model(ids, logits_to_keep=logits_to_keep + 1).logits[:, :-1]` would give (with `split`,
+    the hidden states they come from: `last_positions`), with every prompt position but the last run
+    under `torch.no_grad()` (each distinct prompt once where `share_prompts`); None where that cannot be done here (a prompt of one token, a prefix of
     padding only, activation checkpointing, a cache whose layers may drop positions).
 
     The values are the full forward's; the gradient is the full one less the terms through the
@@ -353,16 +408,16 @@ def _detached_prompt_logits(model: Any, ids: Any, mask: Any, logits_to_keep: int
     if not bool(mask[first, :head].any(dim=1).all()):
         return None  # a prefix of padding only attends to nothing
     with torch.no_grad():
-        prefix = model(input_ids=ids[first, :head], attention_mask=mask[first, :head], logits_to_keep=1,
-                       use_cache=True)
+        _, prefix = last_positions(model, split, 1, input_ids=ids[first, :head], attention_mask=mask[first, :head],
+                                   use_cache=True)
     cache = full_cache(prefix)
     if cache is None:
         return None
     if found is not None:
         cache.batch_select_indices(found[1])
-    logits = model(input_ids=ids[:, head:], attention_mask=mask, logits_to_keep=logits_to_keep + 1, use_cache=True,
-                   **{cache_field(): cache}).logits
-    return logits[:, :-1]
+    scores, _ = last_positions(model, split, logits_to_keep + 1, input_ids=ids[:, head:], attention_mask=mask,
+                               use_cache=True, **{cache_field(): cache})
+    return scores[:, :-1]
 
 
 def full_cache(output: Any) -> Any:
