@@ -27,6 +27,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -137,7 +138,27 @@ def write_json(path: str | Path, record: Mapping[str, Any], indent: int = 2) -> 
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(record, indent=indent, default=str) + "\n")
+    atomic_write(path, dumps(record, indent) + "\n")
+
+
+_SHORT_LIST = re.compile(r"\[[^\[\]{}]*\]")  # a list of scalars only, as json.dumps wrote it
+
+
+def dumps(record: Any, indent: int = 2) -> str:
+    """JSON with `indent`, but each list of scalars on one line (a table's row, a timeline's
+    [seconds, MiB] pair), so a committed result stays a short, readable diff. Strings holding
+    brackets are left as written."""
+    text = json.dumps(record, indent=indent, default=str)
+
+    def flatten(match: re.Match[str]) -> str:
+        inner = match.group(0)
+        if '"' in inner and any(c in inner[1:-1] for c in "[]{}"):
+            return inner
+        parts = [part.strip() for part in inner[1:-1].split("\n")]
+        return "[" + " ".join(p for p in parts if p) + "]"
+
+    flat = _SHORT_LIST.sub(flatten, text)
+    return flat if json.loads(flat) == json.loads(text) else text
 
 
 def write_result(path: str | Path | None, benchmark: str, result_table: dict[str, Any], /,

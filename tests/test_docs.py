@@ -150,6 +150,14 @@ def test_record_writes_the_convention(tmp_path):
     assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?|unknown", written["meta"]["commit"])
     with pytest.raises(ValueError, match="row 0 has 1 cells for 2 columns"):
         record_module.table("t", ["a", "b"], [[1]])
+    # Lists of scalars go on one line each; anything else keeps json's indent; the value is the same.
+    nested = {"rows": [[1, "a, b"], ["[x]", None]], "timeline": [[0.0, 7]], "deep": {"k": [{"v": [1]}]}}
+    text = record_module.dumps(nested)
+    assert json.loads(text) == nested
+    # A string holding a bracket leaves its list as json wrote it (the pattern cannot tell it apart).
+    assert '"rows": [\n    [1, "a, b"],\n    [\n      "[x]",\n      null\n    ]\n  ]' in text
+    assert '"timeline": [\n    [0.0, 7]\n  ]' in text and '"v": [1]' in text
+    assert out.read_text() == record_module.dumps(written) + "\n"
 
 
 def test_docstrings_are_read_as_plain_text():
