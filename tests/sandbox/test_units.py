@@ -227,3 +227,22 @@ def test_files_without_a_name_count_while_a_process_holds_them(tmp_path):
         mapping.close()
         opened.close()
     assert unlinked_bytes([me], device)[0] == before
+
+
+def test_a_sweep_looks_again_past_the_exec_window(monkeypatch):
+    """A child started just before its parent was killed can look unmarked for a moment (its
+    /proc command line and environment are filled in after the exec): the sweep looks again."""
+    from mleforge.sandbox import process
+
+    seen = iter([[11], [], [12], [], []])
+    killed, slept = [], []
+    monkeypatch.setattr(process, "marked_processes", lambda marker: next(seen))
+    monkeypatch.setattr(process.os, "kill", lambda pid, sig: killed.append((pid, sig)))
+    monkeypatch.setattr(process.time, "sleep", slept.append)
+    assert process.sweep(b"run") == 2
+    assert killed == [(11, signal.SIGKILL), (12, signal.SIGKILL)]
+    assert slept.count(process.EXEC_WINDOW_S) == 2
+    # Nothing marked at all: one look, no pause.
+    monkeypatch.setattr(process, "marked_processes", lambda marker: [])
+    slept.clear()
+    assert process.sweep(b"run") == 0 and slept == []

@@ -447,13 +447,25 @@ def marked_processes(marker: bytes) -> list[int]:
     return found
 
 
+# A process just past its exec shows an empty command line and environment for a moment (the
+# kernel fills them in after the exec's point of no return): a child a killed process was
+# starting can look unmarked. A sweep that killed something looks once more after this pause.
+EXEC_WINDOW_S = 0.05
+
+
 def sweep(marker: bytes, rounds: int = 5) -> int:
     """SIGKILL every process carrying `marker`, until none is left; how many were killed."""
     killed = 0
+    confirmed = False
     for _ in range(rounds):
         pids = marked_processes(marker)
         if not pids:
-            break
+            if killed == 0 or confirmed:
+                break
+            confirmed = True  # none left: look again once, past the exec window
+            time.sleep(EXEC_WINDOW_S)
+            continue
+        confirmed = False
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
