@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -232,9 +233,11 @@ def episodes_for(n: int, tasks: int, steps: int) -> int:
 # --- evaluating a model at several sampling seeds --------------------------------------------------
 
 
-def evaluate(shared: Shared, spec: str, states: Sequence[Any], seeds: Sequence[int], path: Path) -> dict[str, Any]:
+def evaluate(shared: Shared, spec: str, states: Sequence[Any], seeds: Sequence[int], path: Path,
+             max_new_tokens: int | None = None) -> dict[str, Any]:
     """One completion per state at each sampling seed, rewarded; saved in `path` after each seed
-    (a seed there is read back, not redone). {"spec", "states": [ids], "seeds": {seed: [records]}}."""
+    (a seed there is read back, not redone). {"spec", "states": [ids], "seeds": {seed: [records]}},
+    and "max_new_tokens" where it is given: the completions' cap instead of the base plan's."""
     from mleforge.eval.stages import make_local_policy
     from mleforge.eval.stepwise import run_stepwise
     from mleforge.train import recipe
@@ -242,19 +245,24 @@ def evaluate(shared: Shared, spec: str, states: Sequence[Any], seeds: Sequence[i
 
     ids = [s.state_id for s in states]
     data: dict[str, Any] = {"spec": spec, "states": ids, "seeds": {}}
+    if max_new_tokens is not None:
+        data["max_new_tokens"] = max_new_tokens
     if path.is_file():
         saved = json.loads(path.read_text(encoding="utf-8"))
-        if saved.get("states") == ids and saved.get("spec") == spec:
+        if saved.get("states") == ids and saved.get("spec") == spec \
+                and saved.get("max_new_tokens") == data.get("max_new_tokens"):
             data = saved
     todo = [s for s in seeds if str(s) not in data["seeds"]]
     if not todo:
         return data
     settings = recipe.stage_settings(shared.plan)
+    sampling = settings.sampling if max_new_tokens is None else \
+        dataclasses.replace(settings.sampling, max_new_tokens=max_new_tokens)
     tasks = {t.id: t for t in (*shared.plan.tasks, *shared.plan.eval_tasks)}
     policy = make_local_policy(spec, settings.policy_options)
     try:
         for seed in todo:
-            result = run_stepwise(policy, states, tasks, shared.executor, sampling=settings.sampling, seeds=(seed,),
+            result = run_stepwise(policy, states, tasks, shared.executor, sampling=sampling, seeds=(seed,),
                                   prompt_config=settings.prompt, reward_config=settings.reward, policy_name=spec,
                                   workers=max(1, settings.workers), run_timeout_s=settings.run_timeout_s)
             data["seeds"][str(seed)] = [r.to_dict() for r in result.records]

@@ -10,13 +10,17 @@ held-apart states of the TRAINING tasks (a validation set), paired against the w
 One at a time around a base, not a grid: the base is the cpu preset (lr 5e-5, 1 group per
 optimizer step, no warm-up, scale_rewards group, beta 0, invalid_groups standardize) and each
 configuration changes one setting (CONFIGS), plus a null control, "base@seed+1" (the base's
-settings at the next training seed): 11 runs, where the full grid of these levels is
-216, beyond what a 2-core machine does in days. It measures each setting's effect at the base,
+settings at the next training seed): 12 runs, where the full grid of these levels is
+432, beyond what a 2-core machine does in days. It measures each setting's effect at the base,
 not their interactions; a second sweep around the chosen values checks them together.
 
 Every configuration spends the same rollouts: `--groups` groups of `--group-size` (steps =
 groups / groups per step, so "groups/step=4" takes a quarter of the base's optimizer steps, each
 on four groups' gradient). Same warm start, same seed journals, same training seed.
+
+"max_new_tokens=256" changes the completions' cap where the warm start's completions reach the
+base's: its validation evaluation samples with its own cap too (the setting is the policy's, in
+training and use alike), every other configuration's, and the warm start's, with the base's.
 
 Scored on a validation set: `--val-states` states of the training tasks, drawn from template-
 expert episodes of their own seeds (never the evaluation tasks; none of them a state the buffer
@@ -66,6 +70,7 @@ CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("beta=0.04", {"beta": 0.04}),
     ("invalid=zero", {"invalid_groups": "zero"}),
     ("invalid=raw", {"invalid_groups": "raw"}),
+    ("max_new_tokens=256", {"max_new_tokens": 256}),  # the completions' cap, in training and evaluation
     (NULL, {}),  # the null control: the base's settings at the next training seed
 )
 SEED_OFFSET = {NULL: 1}  # a configuration's training seed: --train-seed plus this
@@ -192,7 +197,7 @@ def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool 
             result = shared_runs.curriculum_real().train_one(config, folder, registry, progress)
             gc.collect()
             after = shared_runs.evaluate(shared, f"hf:{result.final_model}", states, seeds,
-                                         work / "evals" / f"{folder.name}.json")
+                                         work / "evals" / f"{folder.name}.json", changes.get("max_new_tokens"))
             base_after = after if name == "base" else _base_after(work, states, seeds)
             results.record(name, entry_of(name, changes, steps[name], start, after, base_after,
                                           shared_runs.train_figures(folder), time.perf_counter() - run_started))

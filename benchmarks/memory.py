@@ -25,8 +25,9 @@ Phases (the model is `--model`, the cpu preset's bundled Qwen2.5-Coder-0.5B by d
     grpo_step        load, then one GRPO update of a micro-batch as the cpu preset makes it (one group:
                      `--prompt-tokens` shared, completions of up to max_new_tokens) through the
                      trainer's path (mleforge.train.grpo.trainer.completion_logps and a backward)
-    grpo_step_paired the same update through the trainer's path ("new") and through the full logits
-                     with the key/value heads repeated ("old", the path before the chunked head),
+    grpo_step_paired the same update through the trainer's path ("new") and through the path before
+                     its lean parts ("old": the full logits, the key/value heads repeated, the MLP's
+                     SiLU kept; `--old-without` turns off only the parts it names),
                      alternated `--repeats` times in one process: each one's seconds and its peak
                      above the process's resident set before it (sampled here, every 10 ms)
     grpo             `mleforge train` with no warm start and no step-wise evaluation: GRPO alone
@@ -242,7 +243,7 @@ def phase_grpo_step(args: argparse.Namespace, marks: dict[str, float]) -> None:
     marks["update_s"] = round(min(seconds), 2)
 
 
-OLD_PATH = {"chunked_head": False, "kv_heads": False}
+LEAN_PARTS = ("chunked_head", "kv_heads", "gated_mlp")  # completion_logps' switches of the lean path
 
 
 def phase_grpo_step_paired(args: argparse.Namespace, marks: dict[str, float]) -> None:
@@ -262,7 +263,8 @@ def phase_grpo_step_paired(args: argparse.Namespace, marks: dict[str, float]) ->
         for name in (("old", "new") if repeat % 2 == 0 else ("new", "old")):  # ABBA: drift cancels
             release_memory()
             start = watch.reset()
-            took, logps[name] = _update(model, batch, **(OLD_PATH if name == "old" else {}))
+            took, logps[name] = _update(model, batch, **({part: False for part in args.old_without}
+                                                         if name == "old" else {}))
             seconds[name].append(took)
             peaks[name] = max(peaks[name], (watch.peak - start) / MIB)
     diffs = [new - old for new, old in zip(seconds["new"], seconds["old"])]
@@ -362,7 +364,8 @@ def _sample(root: Any) -> tuple[int, int]:
 
 def measure_phase(name: str, args: argparse.Namespace) -> dict[str, Any]:
     command = [sys.executable, __file__, "--phase", name, "--model", args.model, "--steps", str(args.steps),
-               "--repeats", str(args.repeats), "--prompt-tokens", str(args.prompt_tokens)]
+               "--repeats", str(args.repeats), "--prompt-tokens", str(args.prompt_tokens),
+               "--old-without", ",".join(args.old_without)]
     if args.threads:
         command += ["--threads", str(args.threads)]
     return {"phase": name, **sample_tree(command)}
@@ -386,12 +389,18 @@ def main(argv: list[str] | None = None) -> None:
                         help="updates of grpo_step (its fastest is kept) and pairs of grpo_step_paired")
     parser.add_argument("--prompt-tokens", type=int, default=1250,
                         help="the prompt of grpo_step's group (the cpu preset's states render ~1,250 tokens)")
+    parser.add_argument("--old-without", default=",".join(LEAN_PARTS),
+                        help="grpo_step_paired's old path: the trainer's with these parts of the lean path "
+                             f"off (comma-separated, of {', '.join(LEAN_PARTS)}; default all: the path before them)")
     parser.add_argument("--main-job", action="store_true", help="also measure `mleforge train` itself")
     parser.add_argument("--train-args", nargs=argparse.REMAINDER, default=[],
                         help="arguments after this go to `mleforge train` (--main-job)")
     parser.add_argument("--phase", help=argparse.SUPPRESS)  # run one phase here (the sampled process)
     parser.add_argument("--out", default=None, help="write the JSON record here")
     args = parser.parse_args(argv)
+    args.old_without = [p.strip() for p in args.old_without.split(",") if p.strip()]
+    if not args.old_without or set(args.old_without) - set(LEAN_PARTS):
+        parser.error(f"--old-without: give some of {', '.join(LEAN_PARTS)}, comma-separated")
     if args.phase:
         run_phase(args.phase, args)
         return

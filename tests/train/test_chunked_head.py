@@ -1,4 +1,4 @@
-"""The GRPO update's lean path on a CPU (mleforge.train.grpo.chunked_head and kv_heads) against the
+"""The GRPO update's lean path on a CPU (mleforge.train.grpo.chunked_head, kv_heads, gated_mlp) against the
 full one it replaced: the model's own logits through a log-softmax, keys and values copied out to
 every query head. Log-probabilities, entropies and LoRA gradients agree to float precision, on the
 tiny learner of tests/train/tiny_model.py (grouped-query attention: 4 query heads on 2)."""
@@ -14,13 +14,14 @@ from peft import LoraConfig, get_peft_model  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 import mleforge.train.grpo.chunked_head as chunked_head  # noqa: E402
+import mleforge.train.grpo.gated_mlp as gated_mlp  # noqa: E402
 from mleforge.train.grpo.chunked_head import split_head  # noqa: E402
 from mleforge.train.grpo.kv_heads import grouped_kv_on_cpu  # noqa: E402
 from mleforge.train.grpo.trainer import completion_logps  # noqa: E402
 from tests.train.tiny_model import build_learner  # noqa: E402
 
 TEMPERATURE = 0.8
-OLD = {"chunked_head": False, "kv_heads": False}
+OLD = {"chunked_head": False, "kv_heads": False, "gated_mlp": False}
 
 
 @pytest.fixture(scope="module")
@@ -73,13 +74,16 @@ def test_the_lean_path_equals_the_full_logits_values_and_gradients(model, monkey
     copies = []
     repeat_kv = sdpa_attention.repeat_kv
     monkeypatch.setattr(sdpa_attention, "repeat_kv", lambda *a: copies.append(1) or repeat_kv(*a))
+    lean_mlps = []
+    silu_times = gated_mlp.silu_times
+    monkeypatch.setattr(gated_mlp, "silu_times", lambda *a: lean_mlps.append(1) or silu_times(*a))
     ids, mask, keep, advantages = group_batch()
     want = update(model, ids, mask, keep, advantages, prompt_grad=prompt_grad, **OLD)
-    assert copies  # the full path copies keys and values out to the query heads
+    assert copies and not lean_mlps  # the full path copies keys and values out to the query heads
     copies.clear()
     monkeypatch.setattr(chunked_head, "TILE_COLUMNS", 100)  # the vocabulary's 384 in four tiles, the last short
     got = update(model, ids, mask, keep, advantages, prompt_grad=prompt_grad)
-    assert not copies
+    assert not copies and lean_mlps  # grouped keys and values; the lean MLP
     assert_same(got, want)
     # padding scores 0 both ways; the kept positions are real log-probabilities
     assert got[0][2, 1:].abs().max() == 0 and got[1][2, 1:].abs().max() == 0 and got[0][0].lt(0).all()

@@ -113,7 +113,7 @@ def test_the_sweep_spends_equal_rollouts_and_refuses_unknown_configurations():
     assert [n for n, _ in sweep.selected("invalid=raw,base")] == ["base", "invalid=raw"]
     with pytest.raises(SystemExit, match="unknown lr=1"):
         sweep.selected("lr=1")
-    assert len(sweep.CONFIGS) == 11 and sweep.CONFIGS[0] == ("base", {})
+    assert len(sweep.CONFIGS) == 12 and sweep.CONFIGS[0] == ("base", {})
     assert sweep.CONFIGS[-1] == (sweep.NULL, {}) and sweep.SEED_OFFSET == {sweep.NULL: 1}  # the base, next seed
 
 
@@ -277,3 +277,35 @@ def test_learnings_table_is_of_the_seeds_finished_so_far():
     data = {"done": done, "start": {name: {"per_state": start} for name in ("eval", "probe")}}
     assert learning.results_table(data) == learning.table(learning.summarize(done, {"eval": start, "probe": start}))
     assert learning.results_table(data)["rows"][0][:2] == ["grpo", "4"]
+
+
+def test_an_evaluation_samples_at_the_cap_asked_and_redoes_one_saved_at_another(tmp_path, monkeypatch):
+    """evaluate's bookkeeping around the step-wise run (stood in for here; the run itself is
+    tests/eval's): the cap a configuration asks for reaches the sampling, and a saved evaluation
+    at another cap is not taken for it."""
+    import mleforge.eval.stages as stages
+    import mleforge.eval.stepwise as stepwise
+    from mleforge.policies.base import SamplingConfig
+    from mleforge.train import recipe
+
+    caps = []
+
+    def run_stepwise(policy, states, tasks, executor, *, sampling, seeds, **_):
+        caps.append((sampling.max_new_tokens, seeds))
+        records = [SimpleNamespace(to_dict=lambda s=s: {"state_id": s.state_id, "reward": 0.1}) for s in states]
+        return SimpleNamespace(records=records)
+
+    settings = SimpleNamespace(sampling=SamplingConfig(temperature=0.7, max_new_tokens=192), policy_options={},
+                               prompt=None, reward=None, workers=1, run_timeout_s=60)
+    monkeypatch.setattr(recipe, "stage_settings", lambda plan: settings)
+    monkeypatch.setattr(stages, "make_local_policy", lambda spec, options: SimpleNamespace(close=lambda: None))
+    monkeypatch.setattr(stepwise, "run_stepwise", run_stepwise)
+    shared = SimpleNamespace(plan=SimpleNamespace(tasks=(), eval_tasks=()), executor=None)
+    states, path = [SimpleNamespace(state_id="a")], tmp_path / "e.json"
+    runs.evaluate(shared, "hf:m", states, [0, 1], path)
+    assert caps == [(192, (0,)), (192, (1,))]  # the base plan's cap, one call a seed
+    assert runs.evaluate(shared, "hf:m", states, [0, 1], path)["seeds"]["1"] == [{"state_id": "a", "reward": 0.1}]
+    assert len(caps) == 2  # read back, not redone
+    longer = runs.evaluate(shared, "hf:m", states, [0], path, max_new_tokens=256)
+    assert caps[2:] == [(256, (0,))] and longer["max_new_tokens"] == 256  # another cap: evaluated anew
+    assert json.loads(path.read_text())["max_new_tokens"] == 256

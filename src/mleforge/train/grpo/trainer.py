@@ -23,8 +23,9 @@ at the last `logits_to_keep + 1` positions only and projects them through the he
 chunked kernel, a tile of the vocabulary at a time (mleforge.train.grpo.chunked_head), so that a
 micro-batch's logits, [rows, positions, vocabulary] floats, are never held whole for the backward
 pass; and the attention takes the keys and values per key/value head (mleforge.train.grpo.kv_heads)
-rather than copied out to every query head. The log-probabilities and entropies equal the fused
-head's to float precision (tests/train/test_trainer_logps.py, test_chunked_head.py); the update's
+rather than copied out to every query head, and a gated SiLU MLP keeps its gate and up projections,
+not also their SiLU, for the backward pass (mleforge.train.grpo.gated_mlp). The log-probabilities
+and entropies equal the fused head's to float precision (tests/train/test_trainer_logps.py, test_chunked_head.py); the update's
 peak memory and time are `python benchmarks/memory.py --phases grpo_step,grpo_step_paired`'s.
 After each update the C heap's freed pages go back to the system (mleforge.utils.memory). The
 loss, advantages and everything after are TRL's, unchanged.
@@ -61,6 +62,7 @@ from mleforge.train.grpo.advantages import (
     treat_invalid_groups,
 )
 from mleforge.train.grpo.chunked_head import head_logps, split_head
+from mleforge.train.grpo.gated_mlp import lean_gated_mlp
 from mleforge.train.grpo.generation import rollout_figures
 from mleforge.train.grpo.kv_heads import grouped_kv_on_cpu
 from mleforge.train.grpo.state_feed import CurriculumFeed
@@ -239,7 +241,7 @@ def regroup_by_prompt(batches: list[dict[str, Any]]) -> list[dict[str, Any]] | N
 def completion_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, *, batch_size: int | None,
                      compute_entropy: bool, temperature: float, entropy_requires_grad: bool,
                      share_prompts: bool = True, prompt_grad: bool = True, chunked_head: bool = True,
-                     kv_heads: bool = True) -> tuple[Any, Any, None]:
+                     kv_heads: bool = True, gated_mlp: bool = True) -> tuple[Any, Any, None]:
     """The log-probability (and entropy) of each of the last `logits_to_keep` tokens, as TRL's fused
     head gives them (0 at padding), with the vocabulary projection on those positions only.
 
@@ -252,8 +254,9 @@ def completion_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_
     so that the [rows, positions, vocabulary] logits and their gradient are never held whole, where
     the model's head allows it; off (or a head it cannot take), the model's own logits. kv_heads: the
     attention takes a grouped-query model's keys and values per key/value head on a CPU
-    (mleforge.train.grpo.kv_heads) rather than copied out to every query head. Either way the
-    values are the same to float precision."""
+    (mleforge.train.grpo.kv_heads) rather than copied out to every query head. gated_mlp: a gated
+    SiLU MLP keeps its gate and up projections, not also their SiLU, for the backward pass on a
+    CPU (mleforge.train.grpo.gated_mlp). Either way the values are the same to float precision."""
     rows = input_ids.size(0)
     split = split_head(model) if chunked_head else None
     if split is None:  # the logits are held: as many rows a call as MAX_LOGITS allows
@@ -271,7 +274,7 @@ def completion_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_
             input_ids, attention_mask = input_ids[order], attention_mask[order]
             bounds = chunk_bounds(torch.bincount(found[1]).tolist(), chunk)
     logps, entropies = [], []
-    with grouped_kv_on_cpu() if kv_heads else nullcontext():
+    with grouped_kv_on_cpu() if kv_heads else nullcontext(), lean_gated_mlp(model) if gated_mlp else nullcontext():
         for start, end in zip(bounds, bounds[1:]):
             lp, ent = _score_rows(model, split, input_ids[start:end], attention_mask[start:end], logits_to_keep,
                                   compute_entropy=compute_entropy, temperature=temperature,
