@@ -90,15 +90,19 @@ def test_a_run_no_node_can_hold_is_refused(ray_cluster, canary, sandbox_base):
 def test_task_data_is_shipped_once_per_node(ray_cluster, salted, sandbox_base):
     from mleforge.sandbox.caching_executor import public_checksum
 
+    rounds = 0
     with ray_executor(sandbox_base, scheduling_strategy="SPREAD") as executor:
-        for _ in range(2):
+        # SPREAD is Ray's preference, not a promise: on a loaded machine one node may take a whole
+        # round, so rounds go on (at least 2, at most 6) until both nodes have run some.
+        while rounds < 2 or (rounds < 6 and set(executor.node_stats()) != set(ray_cluster.data_dirs)):
             results = executor.run_many(["import time\ntime.sleep(0.5)\nprint(open('input/salt.txt').read())"] * 4,
                                         salted, max_workers=4)
             salt = (salted.public_dir / "salt.txt").read_text()
             assert [r.stdout for r in results] == [salt + "\n"] * 4, [r.stderr for r in results]
+            rounds += 1
         stats = executor.node_stats()
     assert set(stats) == set(ray_cluster.data_dirs)  # both nodes ran some
-    assert sum(s["runs"] for s in stats.values()) == 8
+    assert sum(s["runs"] for s in stats.values()) == 4 * rounds
     assert {node: s["data_shipped"] for node, s in stats.items()} == {node: 1 for node in stats}
     key = public_checksum(salted)
     for folder in ray_cluster.data_dirs.values():  # each node's own copy, read-only, public files only

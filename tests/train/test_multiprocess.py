@@ -5,6 +5,7 @@ SIGKILLed after step 1's feedback resumes with two processes and repeats step 1 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -41,6 +42,29 @@ def launch(run_dir: Path, *args: str, hold: int | None = None) -> subprocess.Pop
     with open(run_dir.parent / f"{run_dir.name}-{len(list(run_dir.parent.glob('*.log')))}.log", "w") as log:
         return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                                 start_new_session=True)
+
+
+def kill_ranks(run_dir: Path) -> None:
+    """SIGKILL every rank of run_train on `run_dir` (torch's launcher starts each in a session of
+    its own, so killing the launcher's process group leaves them running), and wait until they are gone."""
+    wanted = ["-m", "tests.train.run_train", str(run_dir)]
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any(argv[i:i + 3] == wanted for i in range(len(argv))):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(proc.name), signal.SIGKILL)
+                assert wait_for(lambda p=proc: _gone(p), timeout_s=30)
+
+
+def _gone(proc: Path) -> bool:
+    """Whether the process of /proc/<pid> `proc` has exited (gone, or a zombie)."""
+    try:
+        return (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def log_of(tmp_path: Path) -> str:
@@ -81,8 +105,9 @@ def test_two_processes_train_one_curriculum_and_resume(tiny, titanic, journals, 
         assert victim.poll() is None, log_of(tmp_path)
     finally:
         if victim.poll() is None:
-            os.killpg(victim.pid, signal.SIGKILL)  # the launcher and both ranks: step 1 fed back, no checkpoint-2
+            os.killpg(victim.pid, signal.SIGKILL)  # the launcher: step 1 fed back, no checkpoint-2
         victim.wait(timeout=60)
+        kill_ranks(run)  # each rank leads a session of its own, outside the launcher's group
     (run / HELD).unlink()
     first = traces(run)
     assert [t["step"] for t in first[0]] == [t["step"] for t in first[1]] == [0, 1]
