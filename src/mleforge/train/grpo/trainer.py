@@ -25,8 +25,9 @@ micro-batch's logits, [rows, positions, vocabulary] floats, are never held whole
 pass; and the attention takes the keys and values per key/value head (mleforge.train.grpo.kv_heads)
 rather than copied out to every query head, and a gated SiLU MLP keeps its gate and up projections,
 not also their SiLU, for the backward pass (mleforge.train.grpo.gated_mlp). The log-probabilities
-and entropies equal the fused head's to float precision (tests/train/test_trainer_logps.py, test_chunked_head.py); the update's
-peak memory and time are `python benchmarks/memory.py --phases grpo_step,grpo_step_paired`'s.
+and entropies equal the fused head's to float precision (tests/train/test_trainer_logps.py,
+test_chunked_head.py, test_gated_mlp.py); the update's peak memory and time are
+`python benchmarks/memory.py --phases grpo_step,grpo_step_paired`'s.
 After each update the C heap's freed pages go back to the system (mleforge.utils.memory). The
 loss, advantages and everything after are TRL's, unchanged.
 
