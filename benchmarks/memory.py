@@ -19,6 +19,12 @@ Phases (the model is `--model`, the cpu preset's bundled Qwen2.5-Coder-0.5B by d
     load             the training model as `mleforge train` loads it (float32 on a CPU) with LoRA
     rollout_engine   load, then the GRPO rollouts' ct2 engine built from it at the training weights'
                      type (the first sync) and synced once more (every later step's sync)
+    rollout_generate load, the rollouts' engine, then one step's rollouts `--repeats` times: one group
+                     (`--prompt-tokens` random tokens, the cpu preset's group size and completion cap,
+                     a sampling seed each), each one's peak above the resident set before it. ctranslate2
+                     prefills the prompt once and then copies its keys and values to every sample (for a
+                     grouped-query model such as Qwen2, copied out to every query head): this is the
+                     part of the main job's peak that grows with the prompt and the group
     eval_conversion  the step-wise evaluation's ct2 conversion (int8) of the model, into an empty
                      cache (what the evaluations after SFT and after GRPO do for their new weights)
     eval_policy      the step-wise evaluation's policy loaded from that conversion (cached)
@@ -34,7 +40,12 @@ Phases (the model is `--model`, the cpu preset's bundled Qwen2.5-Coder-0.5B by d
                      (`--steps` steps: the trainer, its optimizer, the rollout engine, the pool)
     sft              `mleforge train --sft auto` without the step-wise evaluation, one GRPO step:
                      the template expert's collection, the SFT warm start, then the GRPO set-up
-    main_job         `mleforge train` itself (`--main-job`; its own run directory in a temp folder)
+    main_job         `mleforge train` itself (`--main-job`; its own run directory in a temp folder), with
+                     the peak of its process while each of its parts ran (PHASE_HOOKS: the evaluations,
+                     the collection, the warm start, a GRPO step's rollout, sync, generation, loss and
+                     backward), sampled every 10 ms on a thread of the run's own process. A sample
+                     counts for every part running at that moment (the evaluation before training
+                     runs beside the collection), so the parts overlap and nest
 
 Writes JSON to --out (benchmarks/_record.py's convention) and prints a table.
 """
@@ -58,8 +69,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _record import print_table, table, write_result  # noqa: E402
 
-PHASES = ("imports", "gguf_convert", "load", "rollout_engine", "eval_conversion", "eval_policy", "grpo_step",
-          "grpo_step_paired", "grpo", "sft")
+PHASES = ("imports", "gguf_convert", "load", "rollout_engine", "rollout_generate", "eval_conversion", "eval_policy",
+          "grpo_step", "grpo_step_paired", "grpo", "sft")
 MIB = 2**20
 SAMPLE_S = 0.05
 
@@ -129,6 +140,43 @@ def phase_rollout_engine(args: argparse.Namespace, marks: dict[str, float]) -> N
         marks["sync_s"] = round(report.convert_s + report.load_s, 2)
         engine.close()
 
+
+
+def phase_rollout_generate(args: argparse.Namespace, marks: dict[str, float]) -> None:
+    import statistics
+
+    import torch
+
+    from mleforge.policies.base import SamplingConfig
+    from mleforge.policies.engines.ct2 import refresh_engine
+    from mleforge.train.config import TrainConfig
+    from mleforge.utils.memory import release_memory
+
+    preset = TrainConfig.preset_config("cpu")
+    model, tokenizer = _load(args)
+    prompt = torch.randint(100, model.get_input_embeddings().weight.size(0) - 100, (args.prompt_tokens,),
+                           generator=torch.Generator().manual_seed(0)).tolist()
+    sampling = SamplingConfig(temperature=preset.temperature, top_p=preset.top_p,
+                              max_new_tokens=preset.max_new_tokens, seed=None)
+    watch = _PeakWatch()
+    peaks, seconds, tokens = [], [], []
+    with tempfile.TemporaryDirectory(prefix="mleforge-memory-") as scratch:
+        engine, _ = refresh_engine(model, tokenizer, quantization="float32", device="cpu",
+                                   num_threads=args.threads, temp_root=scratch)
+        release_memory()
+        marks["engine_built_mib"] = _rss_mib()
+        for seed in range(args.repeats):
+            release_memory()
+            start = watch.reset()
+            started = time.perf_counter()
+            made = engine.generate([prompt], preset.group_size, sampling, seed)
+            seconds.append(time.perf_counter() - started)
+            peaks.append((watch.peak - start) / MIB)
+            tokens.append(sum(len(s.token_ids) for s in made.samples[0]))
+        engine.close()
+    marks.update(group=preset.group_size, prompt_tokens=args.prompt_tokens, max_new_tokens=preset.max_new_tokens,
+                 generate_peak_mib=round(max(peaks)), generate_peak_min_mib=round(min(peaks)),
+                 generate_s=round(statistics.mean(seconds), 2), new_tokens=round(statistics.mean(tokens)))
 
 def _eval_config(args: argparse.Namespace, cache: str) -> Any:
     from mleforge.policies.hf_config import HFConfig
@@ -295,6 +343,100 @@ def phase_sft(args: argparse.Namespace, marks: dict[str, float]) -> None:
     _train(args, marks, warm_start="auto", steps=1)
 
 
+
+# The main job's parts (`main_job`): (module, attribute path, label); each call of that function or
+# method counts as its part while it runs. Parts nest (a step holds its rollout, the rollout its sync).
+PHASE_HOOKS = (
+    ("mleforge.train.recipe", "stepwise_evaluation", "step-wise evaluation"),
+    ("mleforge.train.recipe", "collect_expert", "expert's collection"),
+    ("mleforge.train.recipe", "warm_start", "warm start (SFT)"),
+    ("mleforge.train.grpo.trainer", "CurriculumGRPOTrainer.training_step", "GRPO step"),
+    ("mleforge.train.grpo.ct2_rollout", "Ct2Rollout.__call__", "GRPO rollout"),
+    ("mleforge.train.grpo.ct2_rollout", "Ct2Rollout.refresh", "GRPO rollout: sync"),
+    ("mleforge.policies.engines.ct2", "Ct2Engine.generate", "ct2 generation (rollouts and evaluations)"),
+    ("mleforge.train.grpo.trainer", "CurriculumGRPOTrainer.compute_loss", "GRPO loss forward"),
+    ("accelerate", "Accelerator.backward", "GRPO backward"),
+)
+OUTSIDE = "outside every part"
+
+
+class PhasePeaks:
+    """This process's RSS sampled every `interval` s on a thread; each sample raises the peak of
+    every part running at that moment (OUTSIDE when none is). `wrap` makes a function a part."""
+
+    def __init__(self, interval: float = 0.01) -> None:
+        import collections
+        import threading
+
+        self.running: collections.Counter[str] = collections.Counter()
+        self.peaks: dict[str, int] = {}
+        self.lock = threading.Lock()
+        self.interval = interval
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def rss(self) -> int:
+        with open("/proc/self/statm") as statm:  # cheaper than psutil, at 100 samples a second
+            return int(statm.read().split()[1]) * self._page
+
+    def sample(self) -> None:
+        rss = self.rss()
+        with self.lock:
+            for part in [p for p, n in self.running.items() if n > 0] or [OUTSIDE]:
+                if rss > self.peaks.get(part, 0):
+                    self.peaks[part] = rss
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def wrap(self, fn: Any, part: str) -> Any:
+        import functools
+
+        @functools.wraps(fn)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            with self.lock:
+                self.running[part] += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.sample()  # the part's end, however short it was
+                with self.lock:
+                    self.running[part] -= 1
+        return counted
+
+    def hook(self, module: str, path: str, part: str) -> None:
+        """Replace `module`.`path` (a function, or Class.method) by its counted self."""
+        import importlib
+
+        owner: Any = importlib.import_module(module)
+        *outer, name = path.split(".")
+        for attr in outer:
+            owner = getattr(owner, attr)
+        setattr(owner, name, self.wrap(getattr(owner, name), part))
+
+    def stop(self) -> dict[str, float]:
+        """Stop sampling; each part's peak in MiB, highest first."""
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+        return {part: round(peak / MIB) for part, peak in sorted(self.peaks.items(), key=lambda kv: -kv[1])}
+
+
+def phase_main_job(args: argparse.Namespace, marks: dict[str, float]) -> None:
+    from mleforge.cli.main import main as cli
+
+    peaks = PhasePeaks()
+    for module, path, part in PHASE_HOOKS:
+        peaks.hook(module, path, part)
+    started = time.perf_counter()
+    code = cli(["train", *args.train_args])
+    marks["train_s"] = round(time.perf_counter() - started, 1)
+    marks["exit_code"] = code or 0
+    marks.update({f"peak {part} MiB": peak for part, peak in peaks.stop().items()})
+
 def run_phase(name: str, args: argparse.Namespace) -> None:
     """Run phase `name` here and print its marks as the last line (JSON)."""
     marks: dict[str, float] = {"start_mib": _rss_mib()}
@@ -373,8 +515,8 @@ def measure_phase(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def measure_main_job(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mleforge-memory-run-") as scratch:
-        command = [sys.executable, "-m", "mleforge", "train", "--run-dir", str(Path(scratch) / "run"),
-                   *args.train_args]
+        command = [sys.executable, __file__, "--phase", "main_job", "--train-args", "--run-dir",
+                   str(Path(scratch) / "run"), *args.train_args]
         result = sample_tree(command, check=False)  # a run that fails late still shows its memory
     return {"phase": "main_job", **result}
 

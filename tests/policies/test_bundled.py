@@ -230,3 +230,51 @@ def test_models_root_and_names(monkeypatch, tmp_path):
 def test_bundled_policy_rejects_unknown_options():
     with pytest.raises(ConfigError, match="unknown option"):
         bundled_policy("smollm2-135m", temprature=0.5)
+
+
+def _untied_llama(noise: float, seed: int = 0):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(config)
+    with torch.no_grad():  # the input copy: the output's with `noise` of its RMS added (a coarser quantization)
+        out = model.get_output_embeddings().weight
+        model.get_input_embeddings().weight.copy_(out + noise * out.pow(2).mean().sqrt() * torch.randn_like(out))
+    return model
+
+
+def test_a_tied_original_is_tied_again_to_its_output_layer(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    model = _untied_llama(noise=0.04)
+    output = model.get_output_embeddings().weight.detach().clone()
+    apart = bundled.tie_to_output(model, "fake")
+    assert 0.03 < apart < 0.05  # relative RMS: the noise added
+    assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    assert bool((model.get_input_embeddings().weight == output).all())  # the output's copy, as it was
+    model.save_pretrained(tmp_path)
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert again.config.tie_word_embeddings
+    assert again.get_input_embeddings().weight is again.get_output_embeddings().weight
+    assert bool((again.get_input_embeddings().weight == output).all())
+    assert bundled.tie_to_output(again, "fake") == 0.0  # tied already
+
+
+def test_two_different_matrices_are_not_tied():
+    model = _untied_llama(noise=1.0)
+    with pytest.raises(BundledModelError, match=r"differ by \d+\.\d% .*set tied_embeddings=False"):
+        bundled.tie_to_output(model, "fake")
+    assert model.get_input_embeddings().weight is not model.get_output_embeddings().weight
+
+
+def test_a_conversion_from_before_tying_is_redone(tmp_path):
+    qwen, smol = get_bundled("qwen2.5-coder-0.5b"), get_bundled("smollm2-135m")
+    assert qwen.tied_embeddings and not smol.tied_embeddings
+    before = {"gguf_sha256": qwen.sha256, "dtype": "float32", "transformers": "5.25.0"}  # no "embeddings"
+    (tmp_path / MARKER).write_text(json.dumps(before))
+    assert not bundled.is_converted(tmp_path, qwen)
+    (tmp_path / MARKER).write_text(json.dumps({**before, "embeddings": "tied to the output layer"}))
+    assert bundled.is_converted(tmp_path, qwen)
+    (tmp_path / MARKER).write_text(json.dumps({**before, "gguf_sha256": smol.sha256}))  # untied: as it was
+    assert bundled.is_converted(tmp_path, smol)

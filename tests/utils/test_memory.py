@@ -66,3 +66,57 @@ def test_a_failing_phase_says_why(tmp_path):
     bench = load_benchmark("memory")
     with pytest.raises(SystemExit, match="no such phase here"):
         bench.sample_tree([sys.executable, "-c", "import sys; sys.exit('no such phase here')"])
+
+
+def test_phase_peaks_count_a_sample_for_every_part_running_then():
+    bench = load_benchmark("memory")
+    peaks = bench.PhasePeaks(interval=0.005)
+    held = []
+
+    def allocate(mib):
+        block = bytearray(mib << 20)
+        block[::4096] = b"x" * len(block[::4096])  # resident only once written
+        held.append(block)
+
+    def outer():
+        inner(200)
+
+    inner = peaks.wrap(allocate, "inner")
+    outer = peaks.wrap(outer, "outer")
+    start = peaks.rss()
+    outer()
+    held.clear()
+    after = peaks.wrap(lambda: None, "after")
+    after()
+    got = peaks.stop()
+    assert got["inner"] >= (start >> 20) + 190  # sampled at the part's end at the latest
+    assert got["outer"] >= got["inner"]  # a sample inside the inner part counts for the outer one too
+    assert got["after"] < got["inner"] - 150  # the 200 MiB were freed before it ran
+    assert list(got) == sorted(got, key=lambda part: -got[part])
+    assert not peaks.running["outer"] and not peaks.running["inner"]
+
+
+def test_phase_peaks_hook_a_method_by_its_path(tmp_path, monkeypatch):
+    bench = load_benchmark("memory")
+    module = tmp_path / "hooked_module.py"
+    module.write_text("class Thing:\n    def run(self, x):\n        return x + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    peaks = bench.PhasePeaks(interval=0.005)
+    peaks.hook("hooked_module", "Thing.run", "thing")
+    import hooked_module
+
+    assert hooked_module.Thing().run(1) == 2
+    assert "thing" in peaks.stop()
+
+
+def test_every_part_of_the_main_job_names_a_function_that_exists():
+    import importlib
+
+    pytest.importorskip("trl")
+    pytest.importorskip("ctranslate2")
+    bench = load_benchmark("memory")
+    for module, path, _ in bench.PHASE_HOOKS:  # a renamed one would leave its part silently empty
+        owner = importlib.import_module(module)
+        for attr in path.split("."):
+            owner = getattr(owner, attr)
+        assert callable(owner), (module, path)

@@ -10,7 +10,12 @@ times prefill and decoding for copies of a prompt against one prompt with severa
 - The prompt goes in whole (`include_prompt_in_result=False`): ctranslate2 then forwards it in
   one pass instead of one decoding step per prompt token.
 - The n samples of one prompt are one input with `num_hypotheses=n`: the prompt is prefilled
-  once and its state copied n times. n copies of the prompt would prefill it n times.
+  once and its state copied n times. n copies of the prompt would prefill it n times. The
+  copies are whole: each sample holds the prompt's keys and values, and for a grouped-query
+  model ctranslate2 keeps them per query head (Qwen2.5-0.5B: 14 heads of 2 key/value heads,
+  ~168 KiB a token in float32). So a group's memory grows with n x (prompt + completion)
+  tokens: about 1,500 MiB above the weights for 4 samples of a 1,250-token prompt
+  (`python benchmarks/memory.py --phases rollout_generate`).
 - Prompts share a batch only when their lengths differ by at most RAGGED_TOKENS: ctranslate2
   prefills a batch up to its shortest prompt and feeds the rest one decoding step at a time,
   so a batch of ragged prompts costs more than the prefill it shares saves.

@@ -17,7 +17,8 @@ each group's prompt `group_size` times in a row) and the trainer:
    runs beside an idle float32 copy of the model; with a longer sync_every they stay loaded.
 2. Prompts. Each prompt is rendered with the training tokenizer's chat template as TRL
    renders its own; a run of identical rows (a group) is one input with `group_size`
-   samples, so its prompt is prefilled once.
+   samples, so its prompt is prefilled once (its keys and values are then held once per
+   sample: mleforge.policies.engines.ct2).
 3. Seeds. The trainer seeds torch's RNG with the step's seed before generating
    (mleforge.train.grpo.trainer); that seed, `torch.initial_seed()`, seeds the engine: the same
    step of the same run samples the same completions, resumed or not.
