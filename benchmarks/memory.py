@@ -154,7 +154,7 @@ def phase_rollout_generate(args: argparse.Namespace, marks: dict[str, float]) ->
 
     preset = TrainConfig.preset_config("cpu")
     model, tokenizer = _load(args)
-    prompt = torch.randint(100, model.get_input_embeddings().weight.size(0) - 100, (args.prompt_tokens,),
+    prompt = torch.randint(100, len(tokenizer) - 100, (args.prompt_tokens,),  # ids the tokenizer has
                            generator=torch.Generator().manual_seed(0)).tolist()
     sampling = SamplingConfig(temperature=preset.temperature, top_p=preset.top_p,
                               max_new_tokens=preset.max_new_tokens, seed=None)
@@ -214,18 +214,21 @@ class _PeakWatch:
         import psutil
 
         self.process = psutil.Process()
+        self.lock = threading.Lock()  # a sample taken before a reset must not land after it
         self.peak = self.process.memory_info().rss
         threading.Thread(target=self._watch, daemon=True).start()
 
     def _watch(self) -> None:
         while True:
-            self.peak = max(self.peak, self.process.memory_info().rss)
+            with self.lock:
+                self.peak = max(self.peak, self.process.memory_info().rss)
             time.sleep(0.01)
 
     def reset(self) -> int:
         """The RSS now, which the next peak starts from."""
-        self.peak = self.process.memory_info().rss
-        return self.peak
+        with self.lock:
+            self.peak = self.process.memory_info().rss
+            return self.peak
 
 
 def _update_batch(args: argparse.Namespace, vocab: int) -> tuple[Any, Any, int, Any]:
@@ -355,7 +358,7 @@ PHASE_HOOKS = (
     ("mleforge.train.grpo.ct2_rollout", "Ct2Rollout.refresh", "GRPO rollout: sync"),
     ("mleforge.policies.engines.ct2", "Ct2Engine.generate", "ct2 generation (rollouts and evaluations)"),
     ("mleforge.train.grpo.trainer", "CurriculumGRPOTrainer.compute_loss", "GRPO loss forward"),
-    ("accelerate", "Accelerator.backward", "GRPO backward"),
+    ("accelerate", "Accelerator.backward", "backward (the warm start's and GRPO's)"),
 )
 OUTSIDE = "outside every part"
 
@@ -432,16 +435,28 @@ def phase_main_job(args: argparse.Namespace, marks: dict[str, float]) -> None:
     for module, path, part in PHASE_HOOKS:
         peaks.hook(module, path, part)
     started = time.perf_counter()
-    code = cli(["train", *args.train_args])
-    marks["train_s"] = round(time.perf_counter() - started, 1)
-    marks["exit_code"] = code or 0
-    marks.update({f"peak {part} MiB": peak for part, peak in peaks.stop().items()})
+    code: Any = 1
+    try:
+        code = cli(["train", *args.train_args]) or 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except Exception as exc:  # noqa: BLE001  the peaks up to a late failure are still the record's
+        marks["error"] = f"{type(exc).__name__}: {exc}"[:500]
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        marks["train_s"] = round(time.perf_counter() - started, 1)
+        marks["exit_code"] = code
+        marks.update({f"peak {part} MiB": peak for part, peak in peaks.stop().items()})
 
 def run_phase(name: str, args: argparse.Namespace) -> None:
     """Run phase `name` here and print its marks as the last line (JSON)."""
-    marks: dict[str, float] = {"start_mib": _rss_mib()}
+    marks: dict[str, Any] = {"start_mib": _rss_mib()}
     globals()[f"phase_{name}"](args, marks)
     print(json.dumps(marks), flush=True)
+    if marks.get("exit_code"):  # main_job: its run failed; the marks are printed, the failure kept
+        sys.exit(marks["exit_code"])
 
 
 # --- the sampler ----------------------------------------------------------------------------------

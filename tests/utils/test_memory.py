@@ -120,3 +120,15 @@ def test_every_part_of_the_main_job_names_a_function_that_exists():
         for attr in path.split("."):
             owner = getattr(owner, attr)
         assert callable(owner), (module, path)
+
+
+def test_a_failing_main_job_keeps_its_peaks_and_its_exit_code():
+    pytest.importorskip("trl")
+    pytest.importorskip("ctranslate2")
+    bench = load_benchmark("memory")
+    command = [sys.executable, bench.__file__, "--phase", "main_job", "--train-args", "--no-such-flag"]
+    result = bench.sample_tree(command, check=False)
+    assert result["exit_code"] == 2  # argparse's, passed on
+    assert result["marks"]["exit_code"] == 2
+    assert result["marks"]["peak outside every part MiB"] > 0
+    assert "--no-such-flag" in result["stderr_tail"]

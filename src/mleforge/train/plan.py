@@ -29,4 +29,14 @@ def run_record(plan: Plan, status: str, **extra: Any) -> dict[str, Any]:
     return {"kind": "train", "tasks": [t.id for t in plan.tasks], "eval_tasks": [t.id for t in plan.eval_tasks],
             "policy": c.model.spec, "model": c.model.spec, "preset": c.preset, "seed": c.seed, "steps": c.steps,
             "sampler": c.sampler.kind, "buffer_growth": c.buffer_growth, "sft": c.warm_start, "generation": c.generation.backend,
-            "status": status, **extra}
+            "status": status, "base_weights": base_weights(c.model.spec), **extra}
+
+
+def base_weights(spec: str) -> dict[str, Any] | None:
+    """Which conversion of a bundled model `spec` loads (mleforge.policies.bundled.conversion_id);
+    None for any other model."""
+    from mleforge.policies.bundled import conversion_id
+    from mleforge.policies.model_source import split_spec
+
+    kind, name = split_spec(spec)
+    return conversion_id(name) if kind == "bundled" else None

@@ -56,7 +56,7 @@ from mleforge.runs import (
 from mleforge.train.checkpoint_marks import discard_after, last_checkpoint, read_mark
 from mleforge.train.config import TrainConfig, upgrade_train_dict
 from mleforge.train.errors import TrainError
-from mleforge.train.plan import Plan, run_record
+from mleforge.train.plan import Plan, base_weights, run_record
 from mleforge.train.preflight import preflight
 from mleforge.train.ranks import Ranks, process_ranks
 from mleforge.train.warm_start import collect_expert, sft_done, warm_start
@@ -135,12 +135,32 @@ def resume(run_dir: str | Path, *, registry: TaskRegistry | None = None, progres
     registry = registry or TaskRegistry()
     folder = Path(run_dir).resolve()
     config = load_run_config(folder)
+    _check_base_weights(folder, config)
     plan = preflight(config, registry)
     if plan.config != config:
         raise TrainError(f"{folder} was configured for another machine (it resolved generation "
                          f"{config.generation.backend}, bf16 {config.bf16}; here {plan.config.generation.backend}, "
                          f"{plan.config.bf16}); resume it where it ran, or start a new run")
     return _run(plan, folder, registry, progress, renderer, callbacks, console)
+
+
+def _check_base_weights(folder: Path, config: TrainConfig) -> None:
+    """A run goes on only on the weights it started from: a bundled model converted otherwise by
+    this mleforge (a run.json without `base_weights` started before conversions were told apart,
+    on the GGUF's weights as they are) would train its adapter further on another model."""
+    here = base_weights(config.model.spec)
+    if here is None:
+        return
+    try:
+        record = json.loads((folder / RUN_RECORD).read_text())
+    except (OSError, ValueError):
+        return  # no record yet: the run never started
+    started = record.get("base_weights") or {"gguf_sha256": here["gguf_sha256"], "embeddings": None}
+    if started != here:
+        raise TrainError(f"{folder} started on {config.model.spec} converted with embeddings "
+                         f"{started.get('embeddings') or 'as the GGUF has them (untied)'}; this mleforge converts it "
+                         f"with embeddings {here['embeddings'] or 'as the GGUF has them (untied)'}, another model. "
+                         f"Finish the run with the mleforge version it started with, or start a new run")
 
 
 # --- the recipe ------------------------------------------------------------------------------------
