@@ -141,7 +141,6 @@ def phase_rollout_engine(args: argparse.Namespace, marks: dict[str, float]) -> N
         engine.close()
 
 
-
 def phase_rollout_generate(args: argparse.Namespace, marks: dict[str, float]) -> None:
     import statistics
 
@@ -177,6 +176,7 @@ def phase_rollout_generate(args: argparse.Namespace, marks: dict[str, float]) ->
     marks.update(group=preset.group_size, prompt_tokens=args.prompt_tokens, max_new_tokens=preset.max_new_tokens,
                  generate_peak_mib=round(max(peaks)), generate_peak_min_mib=round(min(peaks)),
                  generate_s=round(statistics.mean(seconds), 2), new_tokens=round(statistics.mean(tokens)))
+
 
 def _eval_config(args: argparse.Namespace, cache: str) -> Any:
     from mleforge.policies.hf_config import HFConfig
@@ -346,7 +346,6 @@ def phase_sft(args: argparse.Namespace, marks: dict[str, float]) -> None:
     _train(args, marks, warm_start="auto", steps=1)
 
 
-
 # The main job's parts (`main_job`): (module, attribute path, label); each call of that function or
 # method counts as its part while it runs. Parts nest (a step holds its rollout, the rollout its sync).
 PHASE_HOOKS = (
@@ -449,6 +448,7 @@ def phase_main_job(args: argparse.Namespace, marks: dict[str, float]) -> None:
         marks["train_s"] = round(time.perf_counter() - started, 1)
         marks["exit_code"] = code
         marks.update({f"peak {part} MiB": peak for part, peak in peaks.stop().items()})
+
 
 def run_phase(name: str, args: argparse.Namespace) -> None:
     """Run phase `name` here and print its marks as the last line (JSON)."""

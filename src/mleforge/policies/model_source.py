@@ -68,8 +68,9 @@ def write_marker(folder: str | Path, *, weights: str, base: str | None) -> Path:
         raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}; got {weights!r}")
     path = Path(folder) / MARKER
     data: dict[str, Any] = {"format": FORMAT, "version": VERSION, "weights": weights, "base": base}
-    if base and split_spec(base)[0] == "bundled":
-        data["base_weights"] = conversion_id(split_spec(base)[1])  # which conversion it was trained on
+    trained_on = base_weights(base)  # which conversion of a bundled base it was trained on
+    if trained_on is not None:
+        data["base_weights"] = trained_on
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return path
 
@@ -112,7 +113,10 @@ def split_spec(spec: str) -> tuple[str, str]:
 def _adapter_base(folder: Path) -> str:
     marker = read_marker(folder)
     if marker is not None and marker.get("base"):
-        check_base_weights(marker, folder)
+        mismatch = base_weights_mismatch(str(marker["base"]), marker.get("base_weights"))
+        if mismatch:
+            raise PolicyError(f"the adapter in {folder} was trained on {mismatch}. Train it again, or use it with "
+                              f"the mleforge version it was trained with")
         return str(marker["base"])
     try:
         config = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8"))
@@ -125,21 +129,30 @@ def _adapter_base(folder: Path) -> str:
     return f"hf:{base}"
 
 
-def check_base_weights(marker: dict[str, Any], folder: Path) -> None:
-    """Refuse an adapter trained on another conversion of its bundled base than this mleforge's
-    (a marker without `base_weights` is from before the conversions were told apart: the GGUF's
-    weights as they are, embeddings untied)."""
-    kind, name = split_spec(str(marker["base"]))
-    if kind != "bundled":
-        return
-    here = conversion_id(name)
-    trained_on = marker.get("base_weights") or {"gguf_sha256": here["gguf_sha256"], "embeddings": None}
-    if trained_on != here:
-        raise PolicyError(f"the adapter in {folder} was trained on bundled:{name} converted with embeddings "
-                          f"{trained_on.get('embeddings') or 'as the GGUF has them (untied)'}, and this mleforge "
-                          f"converts it with embeddings {here['embeddings'] or 'as the GGUF has them (untied)'}; "
-                          f"on these weights it is another model. Train it again, or use it with the mleforge "
-                          f"version it was trained with")
+def base_weights(spec: str | None) -> dict[str, Any] | None:
+    """Which conversion of a bundled model `spec` loads here (mleforge.policies.bundled.conversion_id);
+    None for any other model: a folder's weights are what they are."""
+    if not spec:
+        return None
+    kind, name = split_spec(spec)
+    return conversion_id(name) if kind == "bundled" else None
+
+
+def base_weights_mismatch(spec: str, recorded: dict[str, Any] | None) -> str | None:
+    """None when weights trained on `spec` as `recorded` (a checkpoint's or a run's `base_weights`)
+    are what `spec` loads here; else what differs. A record without `base_weights` is from before
+    the conversions were told apart: the GGUF's weights as they are, embeddings untied."""
+    here = base_weights(spec)
+    if here is None:
+        return None
+    trained_on = recorded or {"gguf_sha256": here["gguf_sha256"], "embeddings": None}
+    if trained_on == here:
+        return None
+
+    def embeddings(record: dict[str, Any]) -> str:
+        return record.get("embeddings") or "as the GGUF has them (untied)"
+    return (f"{spec} converted with embeddings {embeddings(trained_on)}, and this mleforge converts it with "
+            f"embeddings {embeddings(here)}: on these weights it is another model")
 
 
 def _bundled_folder(name: str, convert: bool) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mleforge.policies.model_source import ModelSource
+from mleforge.policies.model_source import ModelSource, base_weights
 from mleforge.tasks.task import Task
 from mleforge.train.config import TrainConfig
 
@@ -31,12 +31,3 @@ def run_record(plan: Plan, status: str, **extra: Any) -> dict[str, Any]:
             "sampler": c.sampler.kind, "buffer_growth": c.buffer_growth, "sft": c.warm_start, "generation": c.generation.backend,
             "status": status, "base_weights": base_weights(c.model.spec), **extra}
 
-
-def base_weights(spec: str) -> dict[str, Any] | None:
-    """Which conversion of a bundled model `spec` loads (mleforge.policies.bundled.conversion_id);
-    None for any other model."""
-    from mleforge.policies.bundled import conversion_id
-    from mleforge.policies.model_source import split_spec
-
-    kind, name = split_spec(spec)
-    return conversion_id(name) if kind == "bundled" else None

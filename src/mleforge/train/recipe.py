@@ -56,7 +56,7 @@ from mleforge.runs import (
 from mleforge.train.checkpoint_marks import discard_after, last_checkpoint, read_mark
 from mleforge.train.config import TrainConfig, upgrade_train_dict
 from mleforge.train.errors import TrainError
-from mleforge.train.plan import Plan, base_weights, run_record
+from mleforge.train.plan import Plan, run_record
 from mleforge.train.preflight import preflight
 from mleforge.train.ranks import Ranks, process_ranks
 from mleforge.train.warm_start import collect_expert, sft_done, warm_start
@@ -145,22 +145,18 @@ def resume(run_dir: str | Path, *, registry: TaskRegistry | None = None, progres
 
 
 def _check_base_weights(folder: Path, config: TrainConfig) -> None:
-    """A run goes on only on the weights it started from: a bundled model converted otherwise by
-    this mleforge (a run.json without `base_weights` started before conversions were told apart,
-    on the GGUF's weights as they are) would train its adapter further on another model."""
-    here = base_weights(config.model.spec)
-    if here is None:
-        return
+    """A run goes on only on the weights it started from, not on a bundled model this mleforge
+    converts otherwise (its adapter would be trained further on another model)."""
+    from mleforge.policies.model_source import base_weights_mismatch
+
     try:
         record = json.loads((folder / RUN_RECORD).read_text())
     except (OSError, ValueError):
         return  # no record yet: the run never started
-    started = record.get("base_weights") or {"gguf_sha256": here["gguf_sha256"], "embeddings": None}
-    if started != here:
-        raise TrainError(f"{folder} started on {config.model.spec} converted with embeddings "
-                         f"{started.get('embeddings') or 'as the GGUF has them (untied)'}; this mleforge converts it "
-                         f"with embeddings {here['embeddings'] or 'as the GGUF has them (untied)'}, another model. "
-                         f"Finish the run with the mleforge version it started with, or start a new run")
+    mismatch = base_weights_mismatch(config.model.spec, record.get("base_weights"))
+    if mismatch:
+        raise TrainError(f"{folder} started on {mismatch}. Finish the run with the mleforge version it started "
+                         f"with, or start a new run")
 
 
 # --- the recipe ------------------------------------------------------------------------------------
