@@ -221,6 +221,33 @@ def test_the_engine_follows_the_weights_after_each_step(lora_model):
 
 
 @needs_ct2
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps and madvise are Linux's")
+def test_the_frozen_weights_leave_memory_while_the_engine_generates(lora_model, monkeypatch):
+    """The training model's frozen weights (memory-mapped from the model's file, never
+    written) are out of the resident set when the engine generates, and read back unchanged."""
+    from mleforge.policies.engines.ct2 import Ct2Engine
+    from mleforge.utils.memory import file_mappings
+
+    model, tokenizer = lora_model
+    frozen = next(p for n, p in model.named_parameters() if "q_proj.base_layer" in n)
+    pointer = frozen.untyped_storage().data_ptr()
+    resident = lambda: next(m.rss for m in file_mappings() if m.start <= pointer < m.end)  # noqa: E731
+    ids = Ct2Rollout(config(), tokenizer).encode(PROMPTS[0], None)
+    before = greedy(model, tokenizer, ids)
+    assert resident() > 0
+    seen = []
+    generate = Ct2Engine.generate
+    monkeypatch.setattr(Ct2Engine, "generate", lambda self, *a, **k: seen.append(resident()) or generate(self, *a, **k))
+    rollout = Ct2Rollout(config(), tokenizer)
+    try:
+        rollout_at(rollout, model, 0, seed=1)
+    finally:
+        rollout.close()
+    assert seen == [0]
+    assert greedy(model, tokenizer, ids) == before and resident() > 0
+
+
+@needs_ct2
 def test_int8_rollouts_return_their_logprobs(lora_model):
     model, tokenizer = lora_model
     rollout = Ct2Rollout(config(generation={"rollout_quantization": "int8"}), tokenizer)

@@ -43,6 +43,70 @@ def test_release_memory_gives_the_heaps_free_pages_back():
     assert int(held) - int(after) >= 300  # of the ~399 MiB freed but held
 
 
+# Two 16 MiB tensors memory-mapped from a safetensors file as transformers loads weights, one
+# more in memory; the pages of the mapping dropped, read again, then one value written.
+MAPPED = textwrap.dedent("""
+    import sys, torch
+    from safetensors.torch import load_file, save_file
+    from mleforge.utils.memory import file_mappings, release_file_pages
+    path = sys.argv[1]
+    save_file({"a": torch.arange(4 << 20, dtype=torch.float32), "b": torch.ones(4 << 20)}, path)
+    weights = load_file(path)
+    own = torch.full((4 << 20,), 2.0)
+    def resident():
+        return sum(m.rss for m in file_mappings() if m.path.startswith(path)) >> 20
+    total = float(weights["a"].sum() + weights["b"].sum())
+    print(resident(), end=" ")
+    print(release_file_pages([*weights.values(), own]) >> 20, resident(), end=" ")
+    print(float(weights["a"].sum() + weights["b"].sum()) == total, resident(), end=" ")
+    weights["a"][0] = 7.0  # a written page: the mapping is now partly this process's own
+    print(release_file_pages(weights.values()), float(weights["a"][0]), float(own[0]))
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps and madvise are Linux's")
+def test_release_file_pages_drops_unwritten_mapped_weights_and_loses_nothing(tmp_path):
+    """The mapped weights' 32 MiB leave the resident set and come back bit for bit when read;
+    a mapping with a written page is left whole (dropping it would undo the write), and a
+    tensor in the process's own memory is never touched."""
+    pytest.importorskip("torch")
+    pytest.importorskip("safetensors")
+    out = subprocess.run([sys.executable, "-c", MAPPED, str(tmp_path / "w.safetensors")], capture_output=True,
+                         text=True, check=True).stdout.split()
+    resident, released, after, same, again, second, written, own = out
+    assert int(resident) >= 32 and int(released) >= 32 and int(after) == 0
+    assert same == "True" and int(again) >= 32  # read back from the page cache
+    assert (second, written, own) == ("0", "7.0", "2.0")
+
+
+def test_file_mappings_parse_smaps_headers_and_sizes(tmp_path, monkeypatch):
+    from mleforge.utils import memory
+
+    smaps = textwrap.dedent("""\
+        7f680b200000-7f6880e9e000 rw-p 00000000 fe:00 3596301                    /m/a b.safetensors (deleted)
+        Size:            1928824 kB
+        Rss:                1884 kB
+        Anonymous:             8 kB
+        VmFlags: rd wr mr mw me ac sd
+        7f6900000000-7f6900001000 rw-p 00000000 00:00 0
+        Rss:                   4 kB
+        Anonymous:             4 kB
+        7f6a00000000-7f6a00002000 r--s 00000000 00:05 12                         /dev/shm/x
+        Rss:                   8 kB
+        7f6b00000000-7f6b00003000 r--p 00000000 fe:00 7                          /usr/lib/libc.so.6
+        Rss:                  12 kB
+        Anonymous:             0 kB
+    """)
+    path = tmp_path / "smaps"
+    path.write_text(smaps)
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda f, *a, **k: real_open(path if f == "/proc/self/smaps" else f, *a, **k))
+    assert memory.file_mappings() == [
+        memory.FileMapping(0x7f680b200000, 0x7f6880e9e000, "/m/a b.safetensors (deleted)", 1884 * 1024, 8 * 1024),
+        memory.FileMapping(0x7f6b00000000, 0x7f6b00003000, "/usr/lib/libc.so.6", 12 * 1024, 0),
+    ]
+
+
 def test_the_sampler_sees_the_process_tree_peak_and_the_marks(tmp_path):
     bench = load_benchmark("memory")
     script = tmp_path / "two.py"

@@ -2,6 +2,9 @@
 
     check_model(config)          what would load, or an error that says why not (no torch)
     load_for_training(config)    the model, its tokenizer and the LoRA config (None: full)
+    load_for_training(config, scratch=FOLDER)
+                                 the same, its frozen weights memory-mapped from a file even where
+                                 adapters were merged into them (below)
     save_trained(...)            the weights (an adapter, or the whole model), the tokenizer
                                  and the marker naming the base (mleforge.policies.model_source)
 
@@ -11,11 +14,24 @@ folder, a `.gguf` file (dequantized on load), or a checkpoint of `mleforge sft`/
 (its base loaded and its adapters merged, so a new LoRA trains on top). Precision: float32
 on a CPU unless it computes bfloat16 natively (AVX-512 BF16 or AMX), where bf16 autocast
 helps; without them bfloat16 matmuls are several times slower than float32.
+
+Frozen weights on a file. transformers memory-maps a safetensors file, so the weights of a
+plain folder are the file's pages: clean, and the kernel may drop them and read them again.
+Merging a checkpoint's adapters writes into them, which turns them into the process's own
+memory (2 GB for a float32 Qwen-0.5B). With `scratch` (a folder on a disk, not a tmpfs), the
+merged weights of a LoRA run on a CPU are written there once and loaded again memory-mapped; the
+file is deleted at once (its blocks stay until the process lets the mapping go, and a killed
+process leaves nothing). A GRPO step then drops the frozen weights' pages while its rollout
+engine, which holds its own copy, generates (mleforge.utils.memory.release_file_pages), and
+the update reads them back from the page cache.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +48,7 @@ from mleforge.train.config import ModelConfig
 from mleforge.train.errors import TrainError
 from mleforge.utils.quiet import quiet_libraries
 
+log = logging.getLogger(__name__)
 TRAIN_PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -141,16 +158,19 @@ class TrainableModel:
         return self.peft_config is None
 
 
-def load_for_training(config: ModelConfig) -> TrainableModel:
+def load_for_training(config: ModelConfig, *, scratch: Path | None = None) -> TrainableModel:
     """Load `config.spec` (see the module docstring) in float32 on a CPU, bfloat16 on a GPU
-    that has it; the adapters of a checkpoint are merged into the weights. The libraries'
-    warnings and loading bars stay off the terminal (mleforge.utils.quiet)."""
+    that has it; the adapters of a checkpoint are merged into the weights. With `scratch`, a
+    LoRA run on a CPU whose weights are not a file's (adapters merged, a GGUF dequantized) gets
+    them memory-mapped from a file written there and deleted at once (the module docstring;
+    `scratch` is this process's own: <run>/frozen-weights/rank-<i>).
+    The libraries' warnings and loading bars stay off the terminal (mleforge.utils.quiet)."""
     require_train_extra("training a model")
     with quiet_libraries():
-        return _load_for_training(config)
+        return _load_for_training(config, scratch)
 
 
-def _load_for_training(config: ModelConfig) -> TrainableModel:
+def _load_for_training(config: ModelConfig, scratch: Path | None = None) -> TrainableModel:
     import torch
     import transformers
 
@@ -184,8 +204,40 @@ def _load_for_training(config: ModelConfig) -> TrainableModel:
     if getattr(tokenizer, "chat_template", None) is None:
         raise TrainError(f"--model {config.spec}: its tokenizer has no chat template; train an instruct (chat) model")
     model.to(device)
+    rewritten = bool(source.adapters) or (kind == "hf" and name.endswith(".gguf"))
+    if scratch is not None and rewritten and device == "cpu" and not config.full:
+        from mleforge.utils.memory import release_memory
+
+        model = file_backed(model, dtype, scratch)
+        release_memory()  # the merged copy, 2 GB for a float32 Qwen-0.5B
     peft_config = None if config.full else lora_config(config, model)
     return TrainableModel(model, tokenizer, peft_config, source, base_spec_of(config), device)
+
+
+def file_backed(model: Any, dtype: Any, scratch: Path) -> Any:
+    """`model` again, its weights memory-mapped from a safetensors file written into `scratch`
+    (a folder this process owns: what a killed one left there goes first) and deleted once
+    mapped, with `scratch` and its parent where empty (the module docstring); `model` itself
+    where the file cannot be written (a full disk, say: training goes on, the weights in memory)."""
+    import transformers
+
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        scratch.mkdir(parents=True)
+        model.save_pretrained(scratch, safe_serialization=True)
+        mapped = transformers.AutoModelForCausalLM.from_pretrained(scratch, dtype=dtype, local_files_only=True)
+    except (OSError, ValueError, RuntimeError) as exc:
+        log.warning("the merged weights could not be written to %s (%s): they stay in memory, %.1f GB more "
+                    "resident while the rollouts generate", scratch, exc,
+                    sum(p.numel() * p.element_size() for p in model.parameters()) / 1e9)
+        return model
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # the mapping keeps the file's blocks
+        with contextlib.suppress(OSError):  # another rank's folder still in it: that rank removes it
+            scratch.parent.rmdir()
+    mapped.config._name_or_path = model.config._name_or_path  # what a checkpoint's card names
+    mapped.generation_config = model.generation_config
+    return mapped
 
 
 def lora_config(config: ModelConfig, model: Any) -> Any:

@@ -1,6 +1,7 @@
-"""Giving memory back to the operating system after a phase that allocated much and freed it.
+"""Giving memory back to the operating system.
 
-    release_memory()    gc.collect(), then glibc's malloc_trim(0) where the C library is glibc
+    release_memory()               gc.collect(), then glibc's malloc_trim(0) where the C library is glibc
+    release_file_pages(tensors)    drop the resident pages of memory-mapped weights nobody wrote to
 
 Freed Python and numpy buffers of a few MB each often stay in the C allocator's heap (glibc
 raises its mmap threshold as large blocks are freed, so later large blocks come from the heap),
@@ -11,12 +12,18 @@ Objects freed only by the cycle collector (a Trainer and its callbacks) need gc.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import ctypes.util
 import gc
+import logging
 import sys
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
+
+log = logging.getLogger(__name__)
+MADV_DONTNEED = 4  # Linux's value on every architecture this runs on
 
 
 @lru_cache(maxsize=1)
@@ -30,6 +37,20 @@ def _libc() -> Any:
     return libc if hasattr(libc, "malloc_trim") else None  # musl has none
 
 
+@lru_cache(maxsize=1)
+def _madvise() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    madvise = libc.madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    return madvise
+
+
 def release_memory() -> bool:
     """Collect garbage and return the C heap's free pages to the system; whether it trimmed."""
     gc.collect()
@@ -38,3 +59,74 @@ def release_memory() -> bool:
         return False
     libc.malloc_trim(0)
     return True
+
+
+class FileMapping(NamedTuple):
+    """One memory mapping of a file, from /proc/self/smaps (sizes in bytes)."""
+
+    start: int
+    end: int
+    path: str
+    rss: int
+    anonymous: int  # pages of it written since it was mapped (private copies): not the file's
+
+
+def file_mappings() -> list[FileMapping]:
+    """This process's mappings of regular files, by address ([] off Linux)."""
+    try:
+        lines = open("/proc/self/smaps").read().splitlines()  # noqa: SIM115 (one read, then parse)
+    except OSError:
+        return []
+    found: list[FileMapping] = []
+    current: list[Any] | None = None
+    for line in lines:
+        head, _, rest = line.partition(" ")
+        if "-" in head and not head.endswith(":"):  # a mapping's header: start-end perms offset dev inode path
+            fields = rest.split(None, 4)
+            path = fields[4] if len(fields) > 4 else ""
+            if current is not None:
+                found.append(FileMapping(*current))
+            start, _, end = head.partition("-")
+            # Regular files only: not anonymous memory, [heap] or [stack], devices, memfd or SysV
+            # shared memory (their pages are memory whatever the mapping).
+            regular = path.startswith("/") and not path.startswith(("/dev/", "/memfd:", "/SYSV"))
+            current = [int(start, 16), int(end, 16), path, 0, 0] if regular else None
+        elif current is not None and head in ("Rss:", "Anonymous:"):
+            current[3 if head == "Rss:" else 4] = int(rest.split()[0]) * 1024
+    if current is not None:
+        found.append(FileMapping(*current))
+    return found
+
+
+def release_file_pages(tensors: Iterable[Any]) -> int:
+    """Drop from this process's resident set the pages of the file mappings that hold `tensors`
+    (weights transformers loaded by memory-mapping a safetensors file), where no page of the
+    mapping was written since it was mapped; the bytes that left the resident set (0 off Linux).
+
+    Nothing is lost: an unwritten page of a file mapping is the file's, and the next read maps
+    it again from the page cache (from the disk where the kernel reclaimed the cache meanwhile),
+    bit for bit. A mapping with a written page (a private copy, which dropping would undo) is
+    left whole. What a GRPO step on a CPU calls before its rollouts generate: the training
+    model's frozen weights are not read while the rollout engine, which holds its own copy,
+    samples (mleforge.train.grpo.ct2_rollout).
+    """
+    madvise = _madvise()
+    if madvise is None:
+        return 0
+    pointers = sorted({t.untyped_storage().data_ptr() for t in tensors
+                       if t.device.type == "cpu" and t.untyped_storage().nbytes()})
+    if not pointers:
+        return 0
+    released = 0
+    for mapping in file_mappings():
+        i = bisect.bisect_left(pointers, mapping.start)
+        if i == len(pointers) or pointers[i] >= mapping.end or not mapping.rss:
+            continue  # holds none of the tensors, or nothing of it is resident
+        if mapping.anonymous:
+            log.debug("%s: %d bytes of it were written; its pages stay", mapping.path, mapping.anonymous)
+            continue
+        if madvise(mapping.start, mapping.end - mapping.start, MADV_DONTNEED) == 0:
+            released += mapping.rss
+        else:
+            log.debug("madvise(%s) failed: errno %d", mapping.path, ctypes.get_errno())
+    return released

@@ -15,6 +15,10 @@ each group's prompt `group_size` times in a row) and the trainer:
    the weights the uninterrupted run did. After a step's rollouts the engine lets its
    weights go when the next step syncs anyway (sync_every 1: every step), so the update never
    runs beside an idle float32 copy of the model; with a longer sync_every they stay loaded.
+   The other way round, on a CPU the training model's frozen weights leave the resident set
+   while the engine generates where they are a file's pages (memory-mapped, never written:
+   mleforge.utils.memory.release_file_pages, and mleforge.train.model for a checkpoint's merged
+   weights); the update reads them back from the page cache.
 2. Prompts. Each prompt is rendered with the training tokenizer's chat template as TRL
    renders its own; a run of identical rows (a group) is one input with `group_size`
    samples, so its prompt is prefilled once (its keys and values are then held once per
@@ -48,7 +52,7 @@ import torch
 
 from mleforge.policies.base import SamplingConfig
 from mleforge.policies.engines.ct2 import Ct2Engine, refresh_engine
-from mleforge.utils.memory import release_memory
+from mleforge.utils.memory import release_file_pages, release_memory
 
 if TYPE_CHECKING:
     from mleforge.train.config import TrainConfig
@@ -111,7 +115,12 @@ class Ct2Rollout:
         step = trainer.state.global_step
         if self.engine is None:
             self.temp_root = rollout_folder(trainer)
-        sync_s = self.refresh(trainer.accelerator.unwrap_model(trainer.model), step, trainer.accelerator.device)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        sync_s = self.refresh(model, step, trainer.accelerator.device)
+        if torch.device(trainer.accelerator.device).type == "cpu":  # the engine holds its own copy
+            released = release_file_pages(p for p in model.parameters() if not p.requires_grad)
+            log.debug("step %d: %.0f MiB of frozen weights out of memory while the rollouts generate",
+                      step, released / 2**20)
         prompt_ids = [self.encode(p, trainer) for p in prompts]
         seed = torch.initial_seed() % 2**32  # the trainer's step seed (mleforge.train.grpo.trainer)
         runs = group_runs(prompt_ids)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from mleforge.runs import CHECKPOINTS_DIR
+from mleforge.runs import CHECKPOINTS_DIR, FROZEN_DIR
 from mleforge.train.checkpoint_marks import checkpoint_callback
 from mleforge.train.plan import Plan, run_record
 from mleforge.train.ranks import Ranks
@@ -73,12 +73,12 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, exec
     from mleforge.train.tracking import attach
 
     config = plan.config
-    loaded = load_for_training(replace(config.model, spec=spec))
+    ranks = ranks or Ranks()
+    loaded = load_for_training(replace(config.model, spec=spec), scratch=folder / FROZEN_DIR / f"rank-{ranks.index}")
     loaded.tokenizer.padding_side = "left"  # TRL generates from left-padded prompts
     tasks = {t.id: t for t in plan.tasks}
     sampler = make_sampler(config.sampler, config.learnability)
     feed = CurriculumFeed(buffer, sampler, tasks, renderer or make_renderer(config.prompt), config.groups_per_step)
-    ranks = ranks or Ranks()
     reward = ExecutingReward(tasks, executor, feed.states, reward=config.reward, timeout_s=config.sandbox.run_timeout_s,
                              feedback=config.feedback,
                              max_workers=execution_workers(config, plan.tasks, share=ranks.local), rank=ranks.index)
