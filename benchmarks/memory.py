@@ -364,7 +364,9 @@ OUTSIDE = "outside every part"
 
 class PhasePeaks:
     """This process's RSS sampled every `interval` s on a thread; each sample raises the peak of
-    every part running at that moment (OUTSIDE when none is). `wrap` makes a function a part."""
+    every part running at that moment (OUTSIDE when none is). `wrap` makes a function a part.
+    `anonymous_peak` is the largest resident set less its pages of files (memory-mapped weights
+    the kernel may drop and read again): the memory the process cannot give back."""
 
     def __init__(self, interval: float = 0.01) -> None:
         import collections
@@ -372,6 +374,7 @@ class PhasePeaks:
 
         self.running: collections.Counter[str] = collections.Counter()
         self.peaks: dict[str, int] = {}
+        self.anonymous_peak = 0
         self.lock = threading.Lock()
         self.interval = interval
         self._page = os.sysconf("SC_PAGE_SIZE")
@@ -379,13 +382,16 @@ class PhasePeaks:
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
 
-    def rss(self) -> int:
+    def rss(self) -> tuple[int, int]:
+        """(resident, resident less its file and shared pages), bytes."""
         with open("/proc/self/statm") as statm:  # cheaper than psutil, at 100 samples a second
-            return int(statm.read().split()[1]) * self._page
+            _, resident, shared, *_ = statm.read().split()
+        return int(resident) * self._page, (int(resident) - int(shared)) * self._page
 
     def sample(self) -> None:
-        rss = self.rss()
+        rss, anonymous = self.rss()
         with self.lock:
+            self.anonymous_peak = max(self.anonymous_peak, anonymous)
             for part in [p for p, n in self.running.items() if n > 0] or [OUTSIDE]:
                 if rss > self.peaks.get(part, 0):
                     self.peaks[part] = rss
@@ -448,6 +454,7 @@ def phase_main_job(args: argparse.Namespace, marks: dict[str, float]) -> None:
         marks["train_s"] = round(time.perf_counter() - started, 1)
         marks["exit_code"] = code
         marks.update({f"peak {part} MiB": peak for part, peak in peaks.stop().items()})
+        marks["peak anonymous (less files' pages) MiB"] = round(peaks.anonymous_peak / MIB)
 
 
 def run_phase(name: str, args: argparse.Namespace) -> None:

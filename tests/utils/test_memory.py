@@ -148,7 +148,7 @@ def test_phase_peaks_count_a_sample_for_every_part_running_then():
     inner = peaks.wrap(allocate, "inner")
     outer = peaks.wrap(outer, "outer")
     before = peaks.wrap(lambda: None, "before")
-    start = peaks.rss()
+    start, start_anonymous = peaks.rss()
     before()
     outer()
     got = peaks.stop()
@@ -158,6 +158,7 @@ def test_phase_peaks_count_a_sample_for_every_part_running_then():
     assert got["before"] < got["inner"] - 150  # it ended before the 200 MiB were allocated
     assert list(got) == sorted(got, key=lambda part: -got[part])
     assert not peaks.running["outer"] and not peaks.running["inner"]
+    assert peaks.anonymous_peak >= start_anonymous + (190 << 20)  # a bytearray is the process's own memory
 
 
 def test_phase_peaks_hook_a_method_by_its_path(tmp_path, monkeypatch):
