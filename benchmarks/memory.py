@@ -3,6 +3,8 @@
     python benchmarks/memory.py --out bench-out/memory.json                 # every phase
     python benchmarks/memory.py --phases load,rollout_engine --out ...      # some of them
     python benchmarks/memory.py --main-job --out ...                       # + the whole main job
+    python benchmarks/memory.py --phases imports --main-job --baseline-src ../old/src --pairs 2 --out ...
+                                               # the main job against an earlier mleforge, paired
 
 Each phase runs in a fresh Python process (`--phase NAME`, the same script); this process
 samples the resident set (RSS) of that process and of all its descendants every 50 ms and
@@ -46,6 +48,13 @@ Phases (the model is `--model`, the cpu preset's bundled Qwen2.5-Coder-0.5B by d
                      backward), sampled every 10 ms on a thread of the run's own process. A sample
                      counts for every part running at that moment (the evaluation before training
                      runs beside the collection), so the parts overlap and nest
+
+`--baseline-src DIR` (a checkout's src/ folder, say a git worktree of an earlier commit) runs the
+main job `--pairs` times with that mleforge on PYTHONPATH and as often with this one, alternated
+(baseline first in even pairs, this code first in odd ones), one after the other on the same
+machine, and adds a table of each part's peak, the max RSS, the peak of anonymous memory and the
+run's seconds: each side's mean and the mean paired difference (this code − baseline) with its
+standard error where there are two pairs or more.
 
 Writes JSON to --out (benchmarks/_record.py's convention) and prints a table.
 """
@@ -469,7 +478,7 @@ def run_phase(name: str, args: argparse.Namespace) -> None:
 # --- the sampler ----------------------------------------------------------------------------------
 
 
-def sample_tree(command: list[str], *, check: bool = True) -> dict[str, Any]:
+def sample_tree(command: list[str], *, check: bool = True, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run `command`, sampling its process tree's RSS: the peaks (MiB), the kernel's ru_maxrss
     of the biggest process, the wall time and the marks it printed last (JSON). A failure
     ends the benchmark with its stderr's end (`check`), or is recorded with it."""
@@ -477,7 +486,7 @@ def sample_tree(command: list[str], *, check: bool = True) -> dict[str, Any]:
 
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         started = time.perf_counter()
-        proc = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        proc = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=env)
         root = psutil.Process(proc.pid)
         peak_tree = peak_main = 0
         timeline: list[list[float]] = []  # [seconds, tree MiB] once a second: where the peaks fall
@@ -535,12 +544,58 @@ def measure_phase(name: str, args: argparse.Namespace) -> dict[str, Any]:
     return {"phase": name, **sample_tree(command)}
 
 
-def measure_main_job(args: argparse.Namespace) -> dict[str, Any]:
+def measure_main_job(args: argparse.Namespace, src: str | None = None) -> dict[str, Any]:
+    """The main job's record; with `src`, run on the mleforge in that source folder."""
+    env = None
+    if src is not None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
     with tempfile.TemporaryDirectory(prefix="mleforge-memory-run-") as scratch:
         command = [sys.executable, __file__, "--phase", "main_job", "--train-args", "--run-dir",
                    str(Path(scratch) / "run"), *args.train_args]
-        result = sample_tree(command, check=False)  # a run that fails late still shows its memory
-    return {"phase": "main_job", **result}
+        result = sample_tree(command, check=False, env=env)  # a run that fails late still shows its memory
+    return {"phase": "main_job" if src is None else "main_job (baseline)", **({"src": src} if src else {}),
+            **result}
+
+
+def main_job_pairs(args: argparse.Namespace) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(baseline, this code) main jobs, `args.pairs` of them, the order alternated."""
+    pairs = []
+    for i in range(args.pairs):
+        if i % 2 == 0:
+            baseline = measure_main_job(args, args.baseline_src)
+            current = measure_main_job(args)
+        else:
+            current = measure_main_job(args)
+            baseline = measure_main_job(args, args.baseline_src)
+        pairs.append((baseline, current))
+    return pairs
+
+
+def paired_figures(record: dict[str, Any]) -> dict[str, float]:
+    """What the pairs compare of one main job: each part's peak, the max RSS, seconds."""
+    marks = record["marks"]
+    figures = {k: float(v) for k, v in marks.items() if k.startswith("peak ") and isinstance(v, (int, float))}
+    figures["max RSS MiB"] = record["maxrss_mib"]
+    if isinstance(marks.get("train_s"), (int, float)):
+        figures["seconds of the run"] = float(marks["train_s"])
+    return figures
+
+
+def compare_pairs(pairs: list[tuple[dict[str, Any], dict[str, Any]]], baseline_src: str) -> dict[str, Any]:
+    """The table of `main_job_pairs`: per figure, each side's mean and the paired difference."""
+    import statistics
+
+    sides = [(paired_figures(b), paired_figures(c)) for b, c in pairs]
+    names = [k for k in sides[0][1] if all(k in b and k in c for b, c in sides)]
+    rows = []
+    for name in names:
+        diffs = [c[name] - b[name] for b, c in sides]
+        se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else None
+        rows.append([name, round(statistics.fmean(b[name] for b, _ in sides), 1),
+                     round(statistics.fmean(c[name] for _, c in sides), 1), round(statistics.fmean(diffs), 1),
+                     None if se is None else round(se, 1)])
+    return table(f"The main job against {baseline_src}, {len(pairs)} pair(s)",
+                 ["figure", "baseline", "this code", "mean difference", "SE"], rows)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -559,6 +614,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--main-job", action="store_true", help="also measure `mleforge train` itself")
     parser.add_argument("--train-args", nargs=argparse.REMAINDER, default=[],
                         help="arguments after this go to `mleforge train` (--main-job)")
+    parser.add_argument("--baseline-src", default=None,
+                        help="with --main-job: also run it on the mleforge in this src/ folder, paired (module docstring)")
+    parser.add_argument("--pairs", type=int, default=1, help="--baseline-src: pairs of main jobs, the order alternated")
     parser.add_argument("--phase", help=argparse.SUPPRESS)  # run one phase here (the sampled process)
     parser.add_argument("--out", default=None, help="write the JSON record here")
     args = parser.parse_args(argv)
@@ -572,15 +630,28 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(names) - set(PHASES))
     if unknown:
         parser.error(f"--phases: unknown {', '.join(unknown)}; choose from {', '.join(PHASES)}")
+    if args.baseline_src is not None:
+        if not args.main_job or args.pairs < 1:
+            parser.error("--baseline-src compares main jobs: add --main-job (and --pairs N, N >= 1)")
+        if not (Path(args.baseline_src) / "mleforge" / "__init__.py").is_file():
+            parser.error(f"--baseline-src {args.baseline_src}: no mleforge package in it; give a checkout's src/ folder")
+        args.baseline_src = str(Path(args.baseline_src).resolve())
     rows = [measure_phase(name, args) for name in names]
-    if args.main_job:
+    tables = []
+    if args.main_job and args.baseline_src is not None:
+        pairs = main_job_pairs(args)
+        rows += [record for pair in pairs for record in pair]
+        tables.append(compare_pairs(pairs, args.baseline_src))
+    elif args.main_job:
         rows.append(measure_main_job(args))
     shown = table(f"Peak resident memory per phase ({args.model})",
                   ["phase", "peak tree MiB", "peak process MiB", "max RSS MiB", "wall s", "marks"],
                   [[r["phase"], r["peak_tree_mib"], r["peak_main_mib"], r["maxrss_mib"], r["wall_s"],
                     ", ".join(f"{k} {v}" for k, v in r["marks"].items())] for r in rows])
-    write_result(args.out, "memory", shown, phases=rows, model=args.model)
+    write_result(args.out, "memory", shown, phases=rows, model=args.model, **({"tables": tables} if tables else {}))
     print_table(shown)
+    for extra in tables:
+        print_table(extra)
 
 
 if __name__ == "__main__":

@@ -197,3 +197,37 @@ def test_a_failing_main_job_keeps_its_peaks_and_its_exit_code():
     assert result["marks"]["exit_code"] == 2
     assert result["marks"]["peak outside every part MiB"] > 0
     assert "--no-such-flag" in result["stderr_tail"]
+
+
+def test_main_job_pairs_compare_each_figure_paired():
+    """Two pairs by hand: each side's mean, the mean of this code − baseline, its SE
+    (differences −100 and −300: mean −200, SD 141.42, SE 100)."""
+    bench = load_benchmark("memory")
+
+    def job(peak, anonymous, seconds, maxrss):
+        return {"maxrss_mib": maxrss, "marks": {"train_s": seconds, "peak GRPO step MiB": peak,
+                                               "peak anonymous (less files' pages) MiB": anonymous, "exit_code": 0}}
+
+    pairs = [(job(7000, 6000, 700.0, 7001), job(6900, 5800, 710.0, 6902)),
+             (job(7200, 6100, 720.0, 7201), job(6900, 5700, 716.0, 6903))]
+    got = bench.compare_pairs(pairs, "/old/src")
+    assert got["title"] == "The main job against /old/src, 2 pair(s)"
+    assert got["columns"] == ["figure", "baseline", "this code", "mean difference", "SE"]
+    rows = {row[0]: row[1:] for row in got["rows"]}
+    assert rows["peak GRPO step MiB"] == [7100.0, 6900.0, -200.0, 100.0]
+    assert rows["peak anonymous (less files' pages) MiB"] == [6050.0, 5750.0, -300.0, 100.0]
+    assert rows["max RSS MiB"] == [7101.0, 6902.5, -198.5, 99.5]
+    assert rows["seconds of the run"] == [710.0, 713.0, 3.0, 7.0]
+    assert set(rows) == {"peak GRPO step MiB", "peak anonymous (less files' pages) MiB", "max RSS MiB",
+                         "seconds of the run"}  # the exit code is not a figure
+    assert bench.compare_pairs(pairs[:1], "/old/src")["rows"][0][-1] is None  # one pair: no SE
+
+
+def test_baseline_src_must_hold_mleforge_and_come_with_the_main_job(tmp_path, capsys):
+    bench = load_benchmark("memory")
+    with pytest.raises(SystemExit):
+        bench.main(["--phases", "imports", "--baseline-src", str(tmp_path)])
+    assert "--baseline-src compares main jobs: add --main-job" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--phases", "imports", "--main-job", "--baseline-src", str(tmp_path)])
+    assert "no mleforge package in it; give a checkout's src/ folder" in capsys.readouterr().err
