@@ -48,7 +48,7 @@ def logits(model):
 
 
 @linux
-def test_merged_weights_are_mapped_from_a_deleted_file_and_equal_the_merge_in_memory(checkpoint, tmp_path):
+def test_merged_weights_are_mapped_from_a_deleted_file_and_equal_the_merge_in_memory(tiny, checkpoint, tmp_path):
     run = tmp_path / "run"
     scratch = run / "frozen-weights" / "rank-0"
     leftover = scratch / "model.safetensors"  # what a process killed while writing left
@@ -71,7 +71,8 @@ def test_merged_weights_are_mapped_from_a_deleted_file_and_equal_the_merge_in_me
     assert release_file_pages(mapped.parameters()) > 0
     assert mapping_of(next(mapped.parameters())).rss == 0
     assert torch.equal(logits(mapped), before)  # read back from the page cache, bit for bit
-    assert mapped.config._name_or_path == in_memory.config._name_or_path
+    assert mapped.config._name_or_path == in_memory.config._name_or_path == str(tiny)
+    assert mapped.name_or_path == in_memory.name_or_path == str(tiny)  # PEFT's base_model_name_or_path
 
 
 def test_a_plain_folder_and_a_full_run_write_nothing(tiny, checkpoint, tmp_path):

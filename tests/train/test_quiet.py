@@ -59,6 +59,20 @@ def test_quiet_libraries_silences_only_the_libraries_and_restores_their_settings
     assert (tlog.get_verbosity(), tlog.is_progress_bar_enabled(), logging.getLogger("trl").level) == before
 
 
+def test_the_gguf_loaders_own_bar_is_off_inside_and_back_after(capsys):
+    """transformers' GGUF loader draws its bar with tqdm itself, past transformers' switch
+    (a fresh clone's first use of a bundled model printed it)."""
+    pytest.importorskip("transformers")
+    gguf_utils = pytest.importorskip("transformers.modeling_gguf_pytorch_utils")
+    original = gguf_utils.tqdm
+    with quiet_libraries():
+        list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."))
+    assert "de-quantizing" not in capsys.readouterr().err
+    assert gguf_utils.tqdm is original
+    list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."))
+    assert "de-quantizing" in capsys.readouterr().err
+
+
 def test_threads_leaving_out_of_order_restore_the_settings_once_the_last_leaves():
     """A enters, B enters, A leaves (B's work stays quiet), B leaves (all as before)."""
     transformers = pytest.importorskip("transformers")

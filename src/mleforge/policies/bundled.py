@@ -262,12 +262,12 @@ def convert(model: BundledModel, root: Path | None = None) -> Path:
             # transformers >= 5 keeps GGUF weights packed by default, and a packed model can
             # neither be saved nor trained; dequantize=True gives plain dense weights.
             options["quantization_config"] = transformers.GgufConfig(dequantize=True)
-        with quiet_libraries():
+        with quiet_libraries():  # the GGUF loader's bar and the writer's
             hf_model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, **options)
-        if model.tied_embeddings:
-            tie_to_output(hf_model, model.name)
-        hf_model.save_pretrained(temp)
-        tokenizer.save_pretrained(temp)
+            if model.tied_embeddings:
+                tie_to_output(hf_model, model.name)
+            hf_model.save_pretrained(temp)
+            tokenizer.save_pretrained(temp)
         del hf_model
         release_memory()  # the dequantized weights, freed, would stay resident in the C heap
         marker = {"name": model.name, "gguf_sha256": model.sha256, "dtype": SAVED_DTYPE,

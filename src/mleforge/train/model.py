@@ -235,7 +235,8 @@ def file_backed(model: Any, dtype: Any, scratch: Path) -> Any:
         shutil.rmtree(scratch, ignore_errors=True)  # the mapping keeps the file's blocks
         with contextlib.suppress(OSError):  # another rank's folder still in it: that rank removes it
             scratch.parent.rmdir()
-    mapped.config._name_or_path = model.config._name_or_path  # what a checkpoint's card names
+    # What PEFT records as the adapter's base and a checkpoint's card names: the merged model's.
+    mapped.config._name_or_path, mapped.name_or_path = model.config._name_or_path, model.name_or_path
     mapped.generation_config = model.generation_config
     return mapped
 

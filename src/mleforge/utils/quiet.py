@@ -20,6 +20,8 @@ unmutes another's work nor leaves the filters on.
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 import importlib.util
 import logging
 import os
@@ -36,6 +38,9 @@ MESSAGES = (
     r"You are using 'rollout_func', which is an experimental feature",  # TRL, on our GRPOTrainer subclass
 )
 VERBOSE_ENV = "MLEFORGE_VERBOSE"
+# Library modules that draw a bar with tqdm itself, past their library's switch (transformers'
+# GGUF loader: "Converting and de-quantizing GGUF tensors..."): their `tqdm` is a disabled one inside.
+OWN_TQDM = ("transformers.modeling_gguf_pytorch_utils",)
 
 _lock = threading.Lock()
 _depth = 0  # how many quiet_libraries() are open, in all threads
@@ -109,17 +114,36 @@ def _bars_off() -> Iterator[None]:
     datasets = sys.modules.get("datasets")  # imported by whoever builds a dataset; not for a bar
     bars = transformers is not None and transformers.utils.logging.is_progress_bar_enabled()
     data_bars = datasets is not None and not datasets.are_progress_bars_disabled()
+    swapped = []
     try:
         if bars:
             transformers.utils.logging.disable_progress_bar()
         if data_bars:
             datasets.disable_progress_bars()
+        for module in _own_tqdm_modules() if transformers is not None else ():
+            swapped.append((module, module.tqdm))
+            module.tqdm = functools.partial(module.tqdm, disable=True)
         yield
     finally:
+        for module, original in swapped:
+            module.tqdm = original
         if bars:
             transformers.utils.logging.enable_progress_bar()
         if data_bars:
             datasets.enable_progress_bars()
+
+
+def _own_tqdm_modules() -> list:
+    """The OWN_TQDM modules that import here and hold a `tqdm` (a later library may not)."""
+    found = []
+    for name in OWN_TQDM:
+        try:
+            module = importlib.import_module(name)
+        except Exception:  # noqa: BLE001  a library version without it, or that fails to import it
+            continue
+        if callable(getattr(module, "tqdm", None)):
+            found.append(module)
+    return found
 
 
 def _module(name: str):
