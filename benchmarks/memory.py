@@ -374,8 +374,10 @@ OUTSIDE = "outside every part"
 class PhasePeaks:
     """This process's RSS sampled every `interval` s on a thread; each sample raises the peak of
     every part running at that moment (OUTSIDE when none is). `wrap` makes a function a part.
-    `anonymous_peak` is the largest resident set less its pages of files (memory-mapped weights
-    the kernel may drop and read again): the memory the process cannot give back."""
+    `anonymous_peak` is the largest resident set less its file-backed and shared-memory pages
+    (the kernel's RssAnon): private memory, which only swap could take, where clean pages of
+    files (memory-mapped weights) may be dropped and read again. Shared memory (tmpfs files,
+    SysV segments) is not in it, though no kernel reclaims it without swap either."""
 
     def __init__(self, interval: float = 0.01) -> None:
         import collections

@@ -32,9 +32,9 @@ A `mleforge train` run directory holds
     stepwise/sft.json          the same for the warm start's model (stepwise.after_sft)
     ct2-rollouts/rank-<i>/     generation ct2: the engine's converted weights while it runs
                                (deleted at the end, and when a killed run resumes)
-    frozen-weights/rank-<i>/   a LoRA run on a CPU from a checkpoint: its merged weights, written
-                               to be memory-mapped and deleted as soon as they are (a killed
-                               run's are deleted when it resumes; mleforge.train.model)
+    frozen-weights/            a one-process LoRA run on a CPU from a checkpoint: its merged
+                               weights, written to be memory-mapped and deleted as soon as they
+                               are (a killed run's go when it resumes; mleforge.train.model)
     final/                     the trained adapter (or model): `hf:<run>/final`
     report/                    `mleforge report <run>`, written at the end
 

@@ -48,7 +48,7 @@ def test_release_memory_gives_the_heaps_free_pages_back():
 MAPPED = textwrap.dedent("""
     import sys, torch
     from safetensors.torch import load_file, save_file
-    from mleforge.utils.memory import file_mappings, release_file_pages
+    from mleforge.utils.memory import file_backed_tensors, file_mappings, release_file_pages
     path = sys.argv[1]
     save_file({"a": torch.arange(4 << 20, dtype=torch.float32), "b": torch.ones(4 << 20)}, path)
     weights = load_file(path)
@@ -59,8 +59,10 @@ MAPPED = textwrap.dedent("""
     print(resident(), end=" ")
     print(release_file_pages([*weights.values(), own]) >> 20, resident(), end=" ")
     print(float(weights["a"].sum() + weights["b"].sum()) == total, resident(), end=" ")
+    backed = file_backed_tensors(weights.values()), file_backed_tensors([weights["a"], own])
     weights["a"][0] = 7.0  # a written page: the mapping is now partly this process's own
-    print(release_file_pages(weights.values()), float(weights["a"][0]), float(own[0]))
+    print(release_file_pages(weights.values()), float(weights["a"][0]), float(own[0]), end=" ")
+    print(*backed, file_backed_tensors(weights.values()))
 """)
 
 
@@ -73,10 +75,11 @@ def test_release_file_pages_drops_unwritten_mapped_weights_and_loses_nothing(tmp
     pytest.importorskip("safetensors")
     out = subprocess.run([sys.executable, "-c", MAPPED, str(tmp_path / "w.safetensors")], capture_output=True,
                          text=True, check=True).stdout.split()
-    resident, released, after, same, again, second, written, own = out
+    resident, released, after, same, again, second, written, own, backed, with_own, backed_after = out
     assert int(resident) >= 32 and int(released) >= 32 and int(after) == 0
     assert same == "True" and int(again) >= 32  # read back from the page cache
     assert (second, written, own) == ("0", "7.0", "2.0")
+    assert (backed, with_own, backed_after) == ("True", "False", "False")
 
 
 def test_file_mappings_parse_smaps_headers_and_sizes(tmp_path, monkeypatch):
@@ -96,15 +99,37 @@ def test_file_mappings_parse_smaps_headers_and_sizes(tmp_path, monkeypatch):
         7f6b00000000-7f6b00003000 r--p 00000000 fe:00 7                          /usr/lib/libc.so.6
         Rss:                  12 kB
         Anonymous:             0 kB
+        7f6c00000000-7f6c00004000 rw-p 00000000 fe:00 9                          /m/swapped.safetensors
+        Rss:                   0 kB
+        Anonymous:             0 kB
+        Swap:                 16 kB
     """)
     path = tmp_path / "smaps"
     path.write_text(smaps)
     real_open = open
     monkeypatch.setattr("builtins.open", lambda f, *a, **k: real_open(path if f == "/proc/self/smaps" else f, *a, **k))
-    assert memory.file_mappings() == [
-        memory.FileMapping(0x7f680b200000, 0x7f6880e9e000, "/m/a b.safetensors (deleted)", 1884 * 1024, 8 * 1024),
-        memory.FileMapping(0x7f6b00000000, 0x7f6b00003000, "/usr/lib/libc.so.6", 12 * 1024, 0),
+    got = memory.file_mappings()
+    assert got == [
+        memory.FileMapping(0x7f680b200000, 0x7f6880e9e000, "/m/a b.safetensors (deleted)", 1884 * 1024, 8 * 1024, 0),
+        memory.FileMapping(0x7f6b00000000, 0x7f6b00003000, "/usr/lib/libc.so.6", 12 * 1024, 0, 0),
+        memory.FileMapping(0x7f6c00000000, 0x7f6c00004000, "/m/swapped.safetensors", 0, 0, 16 * 1024),
     ]
+    # Written pages in memory or swapped out: either way the mapping is not the file's alone.
+    assert [m.written for m in got] == [True, False, True]
+
+
+def test_filesystem_type_takes_the_longest_mount_point_above_a_path(tmp_path, monkeypatch):
+    from mleforge.utils import memory
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text("/dev/vda / ext4 rw 0 0\ntmpfs /tmp tmpfs rw 0 0\n"
+                      "/dev/vdb /tmp/my\\040disk xfs rw 0 0\nproc /proc proc rw 0 0\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda f, *a, **k: real_open(mounts if f == "/proc/self/mounts" else f, *a, **k))
+    assert memory.filesystem_type("/tmp/x/frozen-weights") == "tmpfs"
+    assert memory.filesystem_type("/tmp/my disk/run") == "xfs"
+    assert memory.filesystem_type("/tmpfoo/run") == "ext4"  # /tmp is not a prefix of /tmpfoo
+    assert memory.filesystem_type("/") == "ext4"
 
 
 def test_the_sampler_sees_the_process_tree_peak_and_the_marks(tmp_path):

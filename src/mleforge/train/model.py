@@ -3,7 +3,7 @@
     check_model(config)          what would load, or an error that says why not (no torch)
     load_for_training(config)    the model, its tokenizer and the LoRA config (None: full)
     load_for_training(config, scratch=FOLDER)
-                                 the same, its frozen weights memory-mapped from a file even where
+                                 the same, its weights memory-mapped from a file even where
                                  adapters were merged into them (below)
     save_trained(...)            the weights (an adapter, or the whole model), the tokenizer
                                  and the marker naming the base (mleforge.policies.model_source)
@@ -16,19 +16,21 @@ on a CPU unless it computes bfloat16 natively (AVX-512 BF16 or AMX), where bf16 
 helps; without them bfloat16 matmuls are several times slower than float32.
 
 Frozen weights on a file. transformers memory-maps a safetensors file, so the weights of a
-plain folder are the file's pages: clean, and the kernel may drop them and read them again.
-Merging a checkpoint's adapters writes into them, which turns them into the process's own
-memory (2 GB for a float32 Qwen-0.5B). With `scratch` (a folder on a disk, not a tmpfs), the
-merged weights of a LoRA run on a CPU are written there once and loaded again memory-mapped; the
-file is deleted at once (its blocks stay until the process lets the mapping go, and a killed
-process leaves nothing). A GRPO step then drops the frozen weights' pages while its rollout
-engine, which holds its own copy, generates (mleforge.utils.memory.release_file_pages), and
-the update reads them back from the page cache.
+plain float32 folder are the file's pages: clean, so the kernel may drop them and read them
+again, where the process's own memory stays until it is freed (or swapped). Merging a
+checkpoint's adapters writes into them, and a cast (a bfloat16 folder trained in float32) or a
+dequantized GGUF makes new ones: then they are the process's own memory (2 GB for a float32
+Qwen-0.5B). With `scratch` (a single process's run, on Linux, on a disk: not a tmpfs), the
+weights of a LoRA run on a CPU that are not a file's already are written there once, loaded
+again memory-mapped, and the file deleted at once: its 2 GB stay on the disk, out of sight of
+`du`, until the process ends, and a killed process leaves nothing. A GRPO step then drops the
+frozen weights' pages from its resident set while its rollout engine, which holds its own copy,
+generates (mleforge.utils.memory.release_file_pages), and the update reads them back from the
+page cache, or from the disk where the kernel took the cache for something else meanwhile.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import logging
 import shutil
@@ -161,9 +163,9 @@ class TrainableModel:
 def load_for_training(config: ModelConfig, *, scratch: Path | None = None) -> TrainableModel:
     """Load `config.spec` (see the module docstring) in float32 on a CPU, bfloat16 on a GPU
     that has it; the adapters of a checkpoint are merged into the weights. With `scratch`, a
-    LoRA run on a CPU whose weights are not a file's (adapters merged, a GGUF dequantized) gets
-    them memory-mapped from a file written there and deleted at once (the module docstring;
-    `scratch` is this process's own: <run>/frozen-weights/rank-<i>).
+    LoRA run on a CPU whose weights are not a file's (adapters merged, a GGUF dequantized, a
+    cast) gets them memory-mapped from a file written there and deleted at once (the module
+    docstring; `scratch` is this process's own: <run>/frozen-weights).
     The libraries' warnings and loading bars stay off the terminal (mleforge.utils.quiet)."""
     require_train_extra("training a model")
     with quiet_libraries():
@@ -204,38 +206,53 @@ def _load_for_training(config: ModelConfig, scratch: Path | None = None) -> Trai
     if getattr(tokenizer, "chat_template", None) is None:
         raise TrainError(f"--model {config.spec}: its tokenizer has no chat template; train an instruct (chat) model")
     model.to(device)
-    rewritten = bool(source.adapters) or (kind == "hf" and name.endswith(".gguf"))
-    if scratch is not None and rewritten and device == "cpu" and not config.full:
+    if scratch is not None and device == "cpu" and not config.full and wants_file(model, scratch):
         from mleforge.utils.memory import release_memory
 
         model = file_backed(model, dtype, scratch)
-        release_memory()  # the merged copy, 2 GB for a float32 Qwen-0.5B
+        release_memory()  # the process's own copy, 2 GB for a float32 Qwen-0.5B
     peft_config = None if config.full else lora_config(config, model)
     return TrainableModel(model, tokenizer, peft_config, source, base_spec_of(config), device)
+
+
+def wants_file(model: Any, scratch: Path) -> bool:
+    """Whether `model`'s weights should be written to `scratch` and mapped (the module
+    docstring): on Linux, where they are not a file's unwritten pages already (a checkpoint's
+    adapters merged, a GGUF dequantized, weights cast to another type) and `scratch` is on a
+    disk: a file in tmpfs or ramfs is memory that no kernel reclaims without swap."""
+    import sys
+
+    from mleforge.utils.memory import file_backed_tensors, filesystem_type
+
+    if not sys.platform.startswith("linux") or file_backed_tensors(model.parameters()):
+        return False
+    where = filesystem_type(scratch)
+    if where in ("tmpfs", "ramfs"):
+        log.info("the weights stay in memory: %s is on %s, where a file is memory too", scratch, where)
+        return False
+    return True
 
 
 def file_backed(model: Any, dtype: Any, scratch: Path) -> Any:
     """`model` again, its weights memory-mapped from a safetensors file written into `scratch`
     (a folder this process owns: what a killed one left there goes first) and deleted once
-    mapped, with `scratch` and its parent where empty (the module docstring); `model` itself
-    where the file cannot be written (a full disk, say: training goes on, the weights in memory)."""
+    mapped, with `scratch` itself (the module docstring); `model` itself where the file cannot
+    be written or read back (a full disk, say: training goes on, the weights in memory)."""
     import transformers
 
     shutil.rmtree(scratch, ignore_errors=True)
     try:
         scratch.mkdir(parents=True)
-        model.save_pretrained(scratch, safe_serialization=True)
+        model.save_pretrained(scratch)
         mapped = transformers.AutoModelForCausalLM.from_pretrained(scratch, dtype=dtype, local_files_only=True)
-    except (OSError, ValueError, RuntimeError) as exc:
-        log.warning("the merged weights could not be written to %s (%s): they stay in memory, %.1f GB more "
+    except Exception as exc:  # noqa: BLE001  safetensors' own error on a full disk is no OSError
+        log.warning("the weights could not be written to %s (%s): they stay in memory, %.1f GB more "
                     "resident while the rollouts generate", scratch, exc,
                     sum(p.numel() * p.element_size() for p in model.parameters()) / 1e9)
         return model
     finally:
         shutil.rmtree(scratch, ignore_errors=True)  # the mapping keeps the file's blocks
-        with contextlib.suppress(OSError):  # another rank's folder still in it: that rank removes it
-            scratch.parent.rmdir()
-    # What PEFT records as the adapter's base and a checkpoint's card names: the merged model's.
+    # What PEFT records as the adapter's base and a checkpoint's card names: the model's own.
     mapped.config._name_or_path, mapped.name_or_path = model.config._name_or_path, model.name_or_path
     mapped.generation_config = model.generation_config
     return mapped

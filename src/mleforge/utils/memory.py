@@ -2,6 +2,8 @@
 
     release_memory()               gc.collect(), then glibc's malloc_trim(0) where the C library is glibc
     release_file_pages(tensors)    drop the resident pages of memory-mapped weights nobody wrote to
+    file_backed_tensors(tensors)   whether they all are such weights (unwritten pages of file mappings)
+    filesystem_type(path)          the type of the filesystem a path is on ("ext4", "tmpfs", ...)
 
 Freed Python and numpy buffers of a few MB each often stay in the C allocator's heap (glibc
 raises its mmap threshold as large blocks are freed, so later large blocks come from the heap),
@@ -17,9 +19,11 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import os
 import sys
 from collections.abc import Iterable
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, NamedTuple
 
 log = logging.getLogger(__name__)
@@ -61,6 +65,9 @@ def release_memory() -> bool:
     return True
 
 
+SMAPS_FIELDS = {"Rss:": 3, "Anonymous:": 4, "Swap:": 5}  # their place in a FileMapping
+
+
 class FileMapping(NamedTuple):
     """One memory mapping of a file, from /proc/self/smaps (sizes in bytes)."""
 
@@ -69,6 +76,12 @@ class FileMapping(NamedTuple):
     path: str
     rss: int
     anonymous: int  # pages of it written since it was mapped (private copies): not the file's
+    swap: int = 0  # written pages of it that were swapped out: not the file's either
+
+    @property
+    def written(self) -> bool:
+        """Whether a page of it was written since it was mapped (in memory or swapped out)."""
+        return bool(self.anonymous or self.swap)
 
 
 def file_mappings() -> list[FileMapping]:
@@ -90,12 +103,63 @@ def file_mappings() -> list[FileMapping]:
             # Regular files only: not anonymous memory, [heap] or [stack], devices, memfd or SysV
             # shared memory (their pages are memory whatever the mapping).
             regular = path.startswith("/") and not path.startswith(("/dev/", "/memfd:", "/SYSV"))
-            current = [int(start, 16), int(end, 16), path, 0, 0] if regular else None
-        elif current is not None and head in ("Rss:", "Anonymous:"):
-            current[3 if head == "Rss:" else 4] = int(rest.split()[0]) * 1024
+            current = [int(start, 16), int(end, 16), path, 0, 0, 0] if regular else None
+        elif current is not None and head in SMAPS_FIELDS:
+            current[SMAPS_FIELDS[head]] = int(rest.split()[0]) * 1024
     if current is not None:
         found.append(FileMapping(*current))
     return found
+
+
+def _holding(tensors: Iterable[Any]) -> list[int]:
+    """The sorted start addresses of the CPU tensors' storages (empty ones left out)."""
+    return sorted({t.untyped_storage().data_ptr() for t in tensors
+                   if t.device.type == "cpu" and t.untyped_storage().nbytes()})
+
+
+def _mappings_holding(pointers: list[int]) -> tuple[list[FileMapping], int]:
+    """The file mappings that hold some of `pointers`, and how many pointers none holds."""
+    held, found = set(), []
+    for mapping in file_mappings():
+        i = bisect.bisect_left(pointers, mapping.start)
+        first = i
+        while i < len(pointers) and pointers[i] < mapping.end:
+            held.add(pointers[i])
+            i += 1
+        if i > first:
+            found.append(mapping)
+    return found, len(pointers) - len(held)
+
+
+def file_backed_tensors(tensors: Iterable[Any]) -> bool:
+    """Whether every CPU tensor of `tensors` lies in a file mapping no page of which was written
+    (weights transformers memory-mapped from a safetensors file and kept as they are). False
+    off Linux, and for a tensor in the process's own memory (cast, merged or computed)."""
+    pointers = _holding(tensors)
+    if not pointers:
+        return False
+    mappings, outside = _mappings_holding(pointers)
+    return not outside and not any(m.written for m in mappings)
+
+
+def filesystem_type(path: str | Path) -> str | None:
+    """The type of the filesystem `path` is on, from /proc/self/mounts (the longest mount point
+    above it): "ext4", "xfs", "tmpfs", ...; None off Linux."""
+    try:
+        mounts = open("/proc/self/mounts").read().splitlines()  # noqa: SIM115
+    except OSError:
+        return None
+    target = os.path.realpath(path)
+    best, kind = "", None
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind
 
 
 def release_file_pages(tensors: Iterable[Any]) -> int:
@@ -105,25 +169,29 @@ def release_file_pages(tensors: Iterable[Any]) -> int:
 
     Nothing is lost: an unwritten page of a file mapping is the file's, and the next read maps
     it again from the page cache (from the disk where the kernel reclaimed the cache meanwhile),
-    bit for bit. A mapping with a written page (a private copy, which dropping would undo) is
-    left whole. What a GRPO step on a CPU calls before its rollouts generate: the training
+    bit for bit. A mapping with a written page, in memory or swapped out (a private copy, which
+    dropping would undo), is left whole; the caller makes sure that no thread writes to the
+    tensors meanwhile. What a GRPO step on a CPU calls before its rollouts generate: the training
     model's frozen weights are not read while the rollout engine, which holds its own copy,
     samples (mleforge.train.grpo.ct2_rollout).
+
+    What leaves is the process's mapping, not the memory: the pages stay in the page cache,
+    which the kernel gives to whoever needs memory; what the weights on a file save is that they
+    are reclaimable where private memory is not.
     """
     madvise = _madvise()
     if madvise is None:
         return 0
-    pointers = sorted({t.untyped_storage().data_ptr() for t in tensors
-                       if t.device.type == "cpu" and t.untyped_storage().nbytes()})
+    pointers = _holding(tensors)
     if not pointers:
         return 0
     released = 0
-    for mapping in file_mappings():
-        i = bisect.bisect_left(pointers, mapping.start)
-        if i == len(pointers) or pointers[i] >= mapping.end or not mapping.rss:
-            continue  # holds none of the tensors, or nothing of it is resident
-        if mapping.anonymous:
-            log.debug("%s: %d bytes of it were written; its pages stay", mapping.path, mapping.anonymous)
+    for mapping in _mappings_holding(pointers)[0]:
+        if not mapping.rss:
+            continue
+        if mapping.written:
+            log.debug("%s: %d bytes of it were written; its pages stay", mapping.path,
+                      mapping.anonymous + mapping.swap)
             continue
         if madvise(mapping.start, mapping.end - mapping.start, MADV_DONTNEED) == 0:
             released += mapping.rss

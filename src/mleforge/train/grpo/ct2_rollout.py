@@ -110,6 +110,7 @@ class Ct2Rollout:
         self.logprobs = False  # whether the engine's weights differ in type from the training model's
         self._figures: dict[int, dict[str, float]] = {}
         self.temp_root: Path | None = None  # where the engine's conversions live (rollout_folder)
+        self._told = False  # whether the frozen weights' release was logged at INFO (once)
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         step = trainer.state.global_step
@@ -119,8 +120,10 @@ class Ct2Rollout:
         sync_s = self.refresh(model, step, trainer.accelerator.device)
         if torch.device(trainer.accelerator.device).type == "cpu":  # the engine holds its own copy
             released = release_file_pages(p for p in model.parameters() if not p.requires_grad)
-            log.debug("step %d: %.0f MiB of frozen weights out of memory while the rollouts generate",
-                      step, released / 2**20)
+            log.log(logging.DEBUG if self._told else logging.INFO,
+                    "step %d: %.0f MiB of frozen weights out of the resident set while the rollouts generate",
+                    step, released / 2**20)
+            self._told = True
         prompt_ids = [self.encode(p, trainer) for p in prompts]
         seed = torch.initial_seed() % 2**32  # the trainer's step seed (mleforge.train.grpo.trainer)
         runs = group_runs(prompt_ids)

@@ -74,7 +74,10 @@ def build_trainer(plan: Plan, folder: Path, spec: str, buffer: StateBuffer, exec
 
     config = plan.config
     ranks = ranks or Ranks()
-    loaded = load_for_training(replace(config.model, spec=spec), scratch=folder / FROZEN_DIR / f"rank-{ranks.index}")
+    # One process: its weights on a file (mleforge.train.model). Not between processes, whose
+    # start-up broadcast of every weight writes them on the ranks that receive it.
+    scratch = folder / FROZEN_DIR if ranks.count == 1 else None
+    loaded = load_for_training(replace(config.model, spec=spec), scratch=scratch)
     loaded.tokenizer.padding_side = "left"  # TRL generates from left-padded prompts
     tasks = {t.id: t for t in plan.tasks}
     sampler = make_sampler(config.sampler, config.learnability)
