@@ -78,12 +78,12 @@ class Results:
     def pending(self, keys: Iterable[str]) -> list[str]:
         return [k for k in keys if k not in self.done]
 
-    def fix(self, key: str, value: Any) -> None:
+    def fix(self, key: str, value: Any, why: str = "") -> None:
         """Set `key` once: a later call that finds another value there (other states drawn, say)
-        is refused, since the entries done were measured on the first."""
+        is refused, since the entries done were measured on the first; `why` says more."""
         value = json.loads(json.dumps(value, default=str))
         if key in self.data and self.data[key] != value:
-            raise ValueError(f"{self.path} was measured with another {key}; continue it with the same --work "
+            raise ValueError(f"{self.path} was measured with another {key}{why}; continue it with the same --work "
                              "and settings, or start another --out")
         self.data[key] = value
         self.write()
@@ -166,6 +166,32 @@ def shared_start(base: Any, args: Any, work: Path, registry: Any, progress: bool
         executor.close()
         raise
     return Shared(plan, executor, sft, journals, spec, registry)
+
+
+def fingerprint(shared: Shared) -> dict[str, str]:
+    """What makes the shared starts of two calls one: the SHA-256 of the warm start's weight
+    files (of its spec where it is no folder: a bundled model as given) and of the buffer's seed
+    state ids. A later call with a fresh --work makes its shared start again; where this machine
+    makes it bit for bit, the pieces of both calls pair, and `Results.fix` refuses otherwise."""
+    import hashlib
+
+    from mleforge.policies.model_source import split_spec
+
+    weights = hashlib.sha256()
+    kind, location = split_spec(shared.start_spec)
+    folder = Path(location)
+    files = sorted(f for f in folder.rglob("*") if f.is_file() and f.suffix in (".safetensors", ".bin")) \
+        if kind == "hf" and folder.is_dir() else []
+    if not files:
+        weights.update(shared.start_spec.encode())
+    for f in files:
+        weights.update(f.relative_to(folder).as_posix().encode() + b"\0")
+        with f.open("rb") as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                weights.update(block)
+    seeds = "\n".join(sorted(train_states_ids(shared.plan, shared.journals)))
+    return {"warm_start_weights_sha256": weights.hexdigest(),
+            "buffer_seed_states_sha256": hashlib.sha256(seeds.encode()).hexdigest()}
 
 
 def train_states_ids(plan: Any, journals: str) -> set[str]:

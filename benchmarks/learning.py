@@ -34,9 +34,13 @@ difference, a t-interval with seeds - 1 degrees of freedom: the training's noise
 grpo - null, the same two ways (by state, pooled; and each seed's grpo run against its own null
 run, the seed as the unit).
 
-Resumable per seed: a seed's entry is appended to --out when both its runs are evaluated, and
-skipped when present; a later call with more --seeds adds seeds; runs and evaluations cut short
-continue from <work>. JSON to --out (benchmarks/_record.py's convention at every write: meta and
+Resumable per run: each run is kept in --out once evaluated (under "partial" until its seed's
+other run is too), and a seed's entry is appended when both are, and skipped when present; a
+later call with more --seeds adds seeds; runs and evaluations cut short continue from <work>. A
+later call may have a fresh --work (another session, say: --out is all that is kept): it makes
+the shared start again and goes on only where it is the same, the warm start's weights and the
+buffer's seed states bit for bit and the warm start's evaluation value for value (`shared_start`
+and `start` in --out), so that its runs pair with the ones before. JSON to --out (benchmarks/_record.py's convention at every write: meta and
 the table of the seeds finished), a table, and a plot (<out>.png) where matplotlib is installed.
 """
 
@@ -59,6 +63,7 @@ import _learning_runs as shared_runs  # noqa: E402
 from _record import invocation  # noqa: E402
 
 ARMS = ("grpo", "null")
+PARTIAL = "partial"  # {seed key: {arm: entry}}: the runs of a seed not yet finished, evaluated
 SETTINGS = ("lr", "lr_scheduler", "warmup", "groups_per_step", "scale_rewards", "beta", "invalid_groups")
 
 
@@ -228,6 +233,8 @@ def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bo
     started = time.perf_counter()
     shared = shared_runs.shared_start(base, args, work, registry, progress)
     try:
+        results.fix("shared_start", shared_runs.fingerprint(shared),
+                    " (a warm start or buffer seed states made otherwise: another machine, library or commit)")
         probe, dropped = shared_runs.held_apart_states(shared, work, args.probe_states, args.eval_seed, progress,
                                                          purpose="probe")
         sets = {"eval": shared_runs.eval_task_states(shared, work, progress), "probe": probe}
@@ -238,14 +245,19 @@ def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bo
         starts = {name: shared_runs.evaluate(shared, shared.start_spec, states, eval_seeds,
                                              work / "evals" / f"start-{name}.json") for name, states in sets.items()}
         results.write(states={name: [s.state_id for s in states] for name, states in sets.items()},
-                      probe_dropped_as_buffer_seeds=dropped, eval_seeds=eval_seeds,
-                      start={name: {"mean_reward": shared_runs.mean_reward(e), "per_state": shared_runs.per_state(e)}
-                             for name, e in starts.items()})
+                      probe_dropped_as_buffer_seeds=dropped, eval_seeds=eval_seeds)
+        # Evaluated again by a call with a fresh --work: the same model and seeds must sample the same.
+        results.fix("start", {name: {"mean_reward": shared_runs.mean_reward(e), "per_state": shared_runs.per_state(e)}
+                              for name, e in starts.items()}, " (the warm start's evaluation did not repeat)")
         todo = results.pending(f"seed{s}" for s in range(args.first_seed, args.first_seed + args.seeds))
         for i, key in enumerate(todo):
             seed = int(key.removeprefix("seed"))
             entry: dict[str, Any] = {"seed": seed, "arms": {}}
+            finished = results.data.setdefault(PARTIAL, {}).setdefault(key, {})  # a run of it an earlier call evaluated
             for arm in ARMS:
+                if arm in finished:
+                    entry["arms"][arm] = finished[arm]
+                    continue
                 if progress:
                     err_console.print(f"[bold][{i + 1}/{len(todo)}] {arm} seed {seed}[/]  ({args.steps} steps; "
                                       f"elapsed {time.perf_counter() - started:.0f} s)", highlight=False)
@@ -253,7 +265,10 @@ def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bo
                 config = run_config(base, shared, args, seed, arm)
                 result = shared_runs.curriculum_real().train_one(config, folder, registry, progress)
                 gc.collect()
-                entry["arms"][arm] = arm_entry(shared, folder, result, steps, sets, starts, eval_seeds, work)
+                entry["arms"][arm] = finished[arm] = arm_entry(shared, folder, result, steps, sets, starts, eval_seeds,
+                                                               work)
+                results.write()
+            del results.data[PARTIAL][key]
             results.record(key, entry)
     finally:
         shared.executor.close()

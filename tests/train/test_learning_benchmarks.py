@@ -309,3 +309,87 @@ def test_an_evaluation_samples_at_the_cap_asked_and_redoes_one_saved_at_another(
     longer = runs.evaluate(shared, "hf:m", states, [0], path, max_new_tokens=256)
     assert caps[2:] == [(256, (0,))] and longer["max_new_tokens"] == 256  # another cap: evaluated anew
     assert json.loads(path.read_text())["max_new_tokens"] == 256
+
+
+def test_a_later_call_with_a_fresh_work_keeps_the_runs_evaluated_and_pairs_only_with_the_same_start(
+        tmp_path, monkeypatch):
+    """learning.py's bookkeeping across calls that share only --out (the runs and evaluations,
+    hours each, stood in for here): a run evaluated before a kill is not run again, its seed is
+    finished by the next call, and a call whose shared start or warm-start evaluation came out
+    otherwise is refused before it trains anything."""
+    from mleforge.train.config import TrainConfig
+
+    class Killed(Exception):
+        pass
+
+    trained, kill, made = [], set(), {"fingerprint": {"warm_start_weights_sha256": "w", "buffer_seed_states_sha256": "s"},
+                                      "start": START}
+
+    def train_one(config, folder, registry, progress):
+        if folder.name in kill:
+            raise Killed(folder.name)
+        trained.append(folder.name)
+        return SimpleNamespace(final_model=str(folder / "final"))
+
+    closed = []
+    shared = SimpleNamespace(executor=SimpleNamespace(close=lambda: closed.append(1)), sft="none", journals="j",
+                             start_spec="hf:start")
+    monkeypatch.setattr(runs, "base_config", lambda args, work: TrainConfig())
+    monkeypatch.setattr(runs, "shared_start", lambda *a: shared)
+    monkeypatch.setattr(runs, "fingerprint", lambda s: made["fingerprint"])
+    monkeypatch.setattr(runs, "held_apart_states", lambda *a, **k: ([SimpleNamespace(state_id=s) for s in "abc"], 0))
+    monkeypatch.setattr(runs, "eval_task_states", lambda *a: [SimpleNamespace(state_id=s) for s in "abc"])
+    monkeypatch.setattr(runs, "evaluate", lambda sh, spec, *a, **k: made["start"] if spec == "hf:start" else AFTER)
+    monkeypatch.setattr(runs, "train_figures", lambda folder: {"rollouts": 8})
+    monkeypatch.setattr(runs, "curriculum_real", lambda: SimpleNamespace(train_one=train_one))
+    out = tmp_path / "learning.json"
+
+    def call(work, seeds=1):
+        args = learning.build_parser().parse_args(["--out", str(out), "--work", str(tmp_path / work), "--steps", "4",
+                                                   "--evals", "2", "--seeds", str(seeds), "--eval-seeds", "2"])
+        return learning.run_learning(args, registry=object(), progress=False, argv=["learning.py"])
+
+    kill.add("null-seed0")
+    with pytest.raises(Killed):
+        call("w1")
+    saved = json.loads(out.read_text())
+    assert trained == ["grpo-seed0"] and saved["done"] == {} and list(saved["partial"]["seed0"]) == ["grpo"]
+    assert saved["shared_start"] == made["fingerprint"] and closed == [1]
+
+    kill.clear()
+    data = call("w2")  # another session: a fresh --work, the same shared start
+    assert trained == ["grpo-seed0", "null-seed0"]  # the grpo run evaluated before is kept, not run again
+    assert list(data["done"]) == ["seed0"] and data["partial"] == {}
+    assert set(data["done"]["seed0"]["arms"]) == {"grpo", "null"}
+    grpo = data["done"]["seed0"]["arms"]["grpo"]["checkpoints"]["4"]["eval"]
+    assert grpo["vs_start"]["diff"] == pytest.approx(1 / 6)  # AFTER - START by hand above
+    assert [r[:2] for r in data["table"]["rows"]][:2] == [["grpo", "2"], ["grpo", "4"]]
+
+    made["fingerprint"] = {"warm_start_weights_sha256": "other", "buffer_seed_states_sha256": "s"}
+    with pytest.raises(ValueError, match="another shared_start"):
+        call("w3", seeds=2)
+    made["fingerprint"] = {"warm_start_weights_sha256": "w", "buffer_seed_states_sha256": "s"}
+    made["start"] = AFTER
+    with pytest.raises(ValueError, match="another start .the warm start's evaluation did not repeat"):
+        call("w4", seeds=2)
+    assert trained == ["grpo-seed0", "null-seed0"]  # neither refused call trained a run
+    assert list(json.loads(out.read_text())["done"]) == ["seed0"]
+
+
+def test_the_fingerprint_hashes_the_warm_starts_weight_files_and_the_buffers_seed_states(tmp_path, monkeypatch):
+    import hashlib
+
+    folder = tmp_path / "final"
+    folder.mkdir()
+    (folder / "adapter_model.safetensors").write_bytes(b"weights")
+    (folder / "adapter_config.json").write_text("{}")  # not a weight file: left out
+    monkeypatch.setattr(runs, "train_states_ids", lambda plan, journals: {"s2", "s1"})
+    shared = SimpleNamespace(start_spec=f"hf:{folder}", plan=None, journals="j")
+    got = runs.fingerprint(shared)
+    assert got == {"warm_start_weights_sha256": hashlib.sha256(b"adapter_model.safetensors\0weights").hexdigest(),
+                   "buffer_seed_states_sha256": hashlib.sha256(b"s1\ns2").hexdigest()}
+    (folder / "adapter_model.safetensors").write_bytes(b"weightz")
+    assert runs.fingerprint(shared)["warm_start_weights_sha256"] != got["warm_start_weights_sha256"]
+    bundled = SimpleNamespace(start_spec="bundled:qwen2.5-coder-0.5b", plan=None, journals="j")
+    assert runs.fingerprint(bundled)["warm_start_weights_sha256"] == \
+        hashlib.sha256(b"bundled:qwen2.5-coder-0.5b").hexdigest()
