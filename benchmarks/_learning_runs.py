@@ -51,12 +51,18 @@ class Results:
     `meta` and `table_of(data)` (the table of what is finished so far) first. A file written
     before the convention (no meta, no table) continues as any other and gains them on its next
     write. The meta of the calls before this one moves to `earlier_meta`: the pieces they
-    finished were measured by the commits they name."""
+    finished were measured by the commits they name. The settings name the --work folder (`work`)
+    as "<work>", so that a call with another --work continues a file whose settings are the same.
+    """
 
     def __init__(self, path: Path, benchmark: str, settings: Mapping[str, Any],
-                 table_of: Callable[[Mapping[str, Any]], dict[str, Any]], argv: Sequence[str] | None = None):
+                 table_of: Callable[[Mapping[str, Any]], dict[str, Any]], argv: Sequence[str] | None = None,
+                 work: Path | None = None):
         self.path, self.benchmark, self.table_of, self.argv = Path(path), benchmark, table_of, argv
-        settings = json.loads(json.dumps(settings, default=str))  # as the file holds them
+        text = json.dumps(settings, default=str)  # as the file holds them
+        if work is not None:
+            text = text.replace(json.dumps(str(work))[1:-1], "<work>")
+        settings = json.loads(text)
         self.data: dict[str, Any] = {"benchmark": benchmark, "settings": settings, "done": {}}
         if self.path.is_file():
             saved = json.loads(self.path.read_text(encoding="utf-8"))

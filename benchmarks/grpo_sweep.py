@@ -174,7 +174,7 @@ def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool 
         TrainConfig.from_dict({**base.to_dict(), **changes, "steps": steps[name]})
     results = shared_runs.Results(args.out, "grpo_sweep", {
         "base": base.to_dict(), "groups": args.groups, "val_states": args.val_states, "val_seeds": args.val_seeds,
-        "train_seed": args.train_seed, "journals": args.journals}, lambda data: table(data["done"]), argv)
+        "train_seed": args.train_seed, "journals": args.journals}, lambda data: table(data["done"]), argv, work=work)
     started = time.perf_counter()
     shared = shared_runs.shared_start(base, args, work, registry, progress)
     try:

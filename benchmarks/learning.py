@@ -229,7 +229,7 @@ def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bo
     results = shared_runs.Results(args.out, "learning", {
         "base": base.to_dict(), "steps": args.steps, "evals": args.evals, "eval_seeds": args.eval_seeds,
         "probe_states": args.probe_states, "settings": {k: getattr(args, k) for k in SETTINGS},
-        "journals": args.journals}, results_table, argv)
+        "journals": args.journals}, results_table, argv, work=work)
     started = time.perf_counter()
     shared = shared_runs.shared_start(base, args, work, registry, progress)
     try:

@@ -393,3 +393,16 @@ def test_the_fingerprint_hashes_the_warm_starts_weight_files_and_the_buffers_see
     bundled = SimpleNamespace(start_spec="bundled:qwen2.5-coder-0.5b", plan=None, journals="j")
     assert runs.fingerprint(bundled)["warm_start_weights_sha256"] == \
         hashlib.sha256(b"bundled:qwen2.5-coder-0.5b").hexdigest()
+
+
+def test_settings_name_the_work_folder_so_that_another_work_continues_them(tmp_path):
+    def results(work, spec="tiny-model"):
+        settings = {"base": {"model": {"spec": f"hf:{tmp_path / work / spec}"}}, "groups": 4}
+        return runs.Results(tmp_path / "r.json", "grpo_sweep", settings, done_table, work=tmp_path / work)
+
+    first = results("w1")
+    first.record("base", {"x": 1})
+    assert json.loads((tmp_path / "r.json").read_text())["settings"]["base"]["model"]["spec"] == "hf:<work>/tiny-model"
+    assert results("w2").done == {"base": {"x": 1}}  # a fresh --work, the same settings
+    with pytest.raises(ValueError, match="other settings .base."):
+        results("w3", spec="another-model")
