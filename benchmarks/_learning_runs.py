@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -59,10 +60,9 @@ class Results:
                  table_of: Callable[[Mapping[str, Any]], dict[str, Any]], argv: Sequence[str] | None = None,
                  work: Path | None = None):
         self.path, self.benchmark, self.table_of, self.argv = Path(path), benchmark, table_of, argv
-        text = json.dumps(settings, default=str)  # as the file holds them
+        settings = json.loads(json.dumps(settings, default=str))  # as the file holds them
         if work is not None:
-            text = text.replace(json.dumps(str(work))[1:-1], "<work>")
-        settings = json.loads(text)
+            settings = portable(settings, Path(work))
         self.data: dict[str, Any] = {"benchmark": benchmark, "settings": settings, "done": {}}
         if self.path.is_file():
             saved = json.loads(self.path.read_text(encoding="utf-8"))
@@ -89,8 +89,8 @@ class Results:
         is refused, since the entries done were measured on the first; `why` says more."""
         value = json.loads(json.dumps(value, default=str))
         if key in self.data and self.data[key] != value:
-            raise ValueError(f"{self.path} was measured with another {key}{why}; continue it with the same --work "
-                             "and settings, or start another --out")
+            raise ValueError(f"{self.path} was measured with another {key}{why}: {differences(self.data[key], value)}; "
+                             "continue it where it was made (its --work and settings), or start another --out")
         self.data[key] = value
         self.write()
 
@@ -102,6 +102,37 @@ class Results:
         self.data.update(top)
         self.data = stamp(self.data, self.benchmark, self.table_of(self.data), self.argv)
         write_json(self.path, self.data, indent=1)
+
+
+def portable(value: Any, work: Path) -> Any:
+    """`value` (JSON) with the path `work` written "<work>" wherever a string names it or a path
+    inside it, alone or after a scheme ("hf:<work>/tiny-model"); not a longer name it begins."""
+    pattern = re.compile(r"(^|:)" + re.escape(str(work)) + r"(?=/|$)")
+    if isinstance(value, str):
+        return pattern.sub(lambda m: m[1] + "<work>", value)
+    if isinstance(value, dict):
+        return {k: portable(v, work) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v, work) for v in value]
+    return value
+
+
+def differences(saved: Any, now: Any, where: str = "", limit: int = 3) -> str:
+    """Where two JSON values differ, the first `limit` places: "a.b: 1 then 2"."""
+    found: list[str] = []
+
+    def walk(a: Any, b: Any, at: str) -> None:
+        if len(found) >= limit:
+            return
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b), key=str):
+                walk(a.get(k), b.get(k), f"{at}.{k}" if at else str(k))
+        elif a != b:
+            text = [json.dumps(x)[:80] for x in (a, b)]
+            found.append(f"{at or 'the value'}: {text[0]} then {text[1]}")
+
+    walk(saved, now, where)
+    return "; ".join(found) or "equal"
 
 
 # --- the paired statistics -------------------------------------------------------------------------
@@ -174,30 +205,50 @@ def shared_start(base: Any, args: Any, work: Path, registry: Any, progress: bool
     return Shared(plan, executor, sft, journals, spec, registry)
 
 
-def fingerprint(shared: Shared) -> dict[str, str]:
-    """What makes the shared starts of two calls one: the SHA-256 of the warm start's weight
-    files (of its spec where it is no folder: a bundled model as given) and of the buffer's seed
+FINGERPRINT_VERSION = 2
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def fingerprint(shared: Shared) -> dict[str, Any]:
+    """What makes the shared starts of two calls one: the SHA-256 of the warm start's weights,
+    the weights under them (an adapter's base, as its marker names it) and the buffer's seed
     state ids. A later call with a fresh --work makes its shared start again; where this machine
     makes it bit for bit, the pieces of both calls pair, and `Results.fix` refuses otherwise."""
     import hashlib
 
-    from mleforge.policies.model_source import split_spec
+    seeds = "\n".join(sorted(train_states_ids(shared.plan, shared.journals)))
+    return {"version": FINGERPRINT_VERSION, "warm_start_weights_sha256": weights_sha256(shared.start_spec),
+            "buffer_seed_states_sha256": hashlib.sha256(seeds.encode()).hexdigest()}
 
-    weights = hashlib.sha256()
-    kind, location = split_spec(shared.start_spec)
-    folder = Path(location)
-    files = sorted(f for f in folder.rglob("*") if f.is_file() and f.suffix in (".safetensors", ".bin")) \
-        if kind == "hf" and folder.is_dir() else []
+
+def weights_sha256(spec: str) -> str:
+    """The SHA-256 of the weights a model spec loads: a folder's (or a file's) weight files with
+    their names, and, for an adapter, its base's the same way; a bundled model by its
+    conversion (mleforge.policies.model_source.base_weights: the GGUF's SHA-256 and how it is
+    converted); a hub id by its name only (nothing here says which revision the hub serves)."""
+    import hashlib
+
+    from mleforge.policies.model_source import base_weights, read_marker, split_spec
+
+    digest = hashlib.sha256()
+    kind, location = split_spec(spec)
+    if kind == "bundled":
+        digest.update(json.dumps(["bundled", location, base_weights(spec)], sort_keys=True).encode())
+        return digest.hexdigest()
+    path = Path(location)
+    files = [path] if path.is_file() else sorted(
+        f for f in path.rglob("*") if f.is_file() and f.suffix in WEIGHT_SUFFIXES) if path.is_dir() else []
     if not files:
-        weights.update(shared.start_spec.encode())
+        digest.update(spec.encode())  # a hub id
     for f in files:
-        weights.update(f.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update((f.name if f == path else f.relative_to(path).as_posix()).encode() + b"\0")
         with f.open("rb") as stream:
             for block in iter(lambda: stream.read(1 << 20), b""):
-                weights.update(block)
-    seeds = "\n".join(sorted(train_states_ids(shared.plan, shared.journals)))
-    return {"warm_start_weights_sha256": weights.hexdigest(),
-            "buffer_seed_states_sha256": hashlib.sha256(seeds.encode()).hexdigest()}
+                digest.update(block)
+    marker = read_marker(path) if path.is_dir() else None
+    if marker and marker.get("base"):
+        digest.update(b"\0base\0" + weights_sha256(marker["base"]).encode())
+    return digest.hexdigest()
 
 
 def train_states_ids(plan: Any, journals: str) -> set[str]:

@@ -233,6 +233,13 @@ def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bo
     started = time.perf_counter()
     shared = shared_runs.shared_start(base, args, work, registry, progress)
     try:
+        unpaired = not results.done and not any(results.data.get(PARTIAL, {}).values())
+        for key in ("shared_start", "start"):  # nothing measured depends on them yet: this call's count
+            if unpaired:
+                results.data.pop(key, None)
+        if not unpaired and "shared_start" not in results.data:
+            err_console.print(f"[yellow]{args.out} was made before the shared start was recorded: only the warm "
+                              "start's evaluation checks that this call's pairs with it[/]", highlight=False)
         results.fix("shared_start", shared_runs.fingerprint(shared),
                     " (a warm start or buffer seed states made otherwise: another machine, library or commit)")
         probe, dropped = shared_runs.held_apart_states(shared, work, args.probe_states, args.eval_seed, progress,

@@ -366,7 +366,7 @@ def test_a_later_call_with_a_fresh_work_keeps_the_runs_evaluated_and_pairs_only_
     assert [r[:2] for r in data["table"]["rows"]][:2] == [["grpo", "2"], ["grpo", "4"]]
 
     made["fingerprint"] = {"warm_start_weights_sha256": "other", "buffer_seed_states_sha256": "s"}
-    with pytest.raises(ValueError, match="another shared_start"):
+    with pytest.raises(ValueError, match="another shared_start .* warm_start_weights_sha256: \"w\" then \"other\""):
         call("w3", seeds=2)
     made["fingerprint"] = {"warm_start_weights_sha256": "w", "buffer_seed_states_sha256": "s"}
     made["start"] = AFTER
@@ -376,23 +376,49 @@ def test_a_later_call_with_a_fresh_work_keeps_the_runs_evaluated_and_pairs_only_
     assert list(json.loads(out.read_text())["done"]) == ["seed0"]
 
 
-def test_the_fingerprint_hashes_the_warm_starts_weight_files_and_the_buffers_seed_states(tmp_path, monkeypatch):
+def test_the_fingerprint_hashes_the_weights_under_the_warm_start_and_the_buffers_seed_states(tmp_path, monkeypatch):
     import hashlib
 
-    folder = tmp_path / "final"
-    folder.mkdir()
-    (folder / "adapter_model.safetensors").write_bytes(b"weights")
-    (folder / "adapter_config.json").write_text("{}")  # not a weight file: left out
+    from mleforge.policies.model_source import write_marker
+
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "model.safetensors").write_bytes(b"base weights")
+    adapter = tmp_path / "final"
+    adapter.mkdir()
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights")
+    (adapter / "adapter_config.json").write_text("{}")  # not a weight file: left out
+    write_marker(adapter, weights="adapter", base=f"hf:{base}")
     monkeypatch.setattr(runs, "train_states_ids", lambda plan, journals: {"s2", "s1"})
-    shared = SimpleNamespace(start_spec=f"hf:{folder}", plan=None, journals="j")
+    shared = SimpleNamespace(start_spec=f"hf:{adapter}", plan=None, journals="j")
     got = runs.fingerprint(shared)
-    assert got == {"warm_start_weights_sha256": hashlib.sha256(b"adapter_model.safetensors\0weights").hexdigest(),
+    base_sha = hashlib.sha256(b"model.safetensors\0base weights").hexdigest()
+    assert got == {"version": 2,
+                   "warm_start_weights_sha256": hashlib.sha256(
+                       b"adapter_model.safetensors\0weights" + b"\0base\0" + base_sha.encode()).hexdigest(),
                    "buffer_seed_states_sha256": hashlib.sha256(b"s1\ns2").hexdigest()}
-    (folder / "adapter_model.safetensors").write_bytes(b"weightz")
+    (base / "model.safetensors").write_bytes(b"base weightz")  # the adapter as it was, on another base
     assert runs.fingerprint(shared)["warm_start_weights_sha256"] != got["warm_start_weights_sha256"]
-    bundled = SimpleNamespace(start_spec="bundled:qwen2.5-coder-0.5b", plan=None, journals="j")
-    assert runs.fingerprint(bundled)["warm_start_weights_sha256"] == \
-        hashlib.sha256(b"bundled:qwen2.5-coder-0.5b").hexdigest()
+    # a bundled model by its conversion: the GGUF's SHA-256 and how it is converted
+    import mleforge.policies.model_source as model_source
+
+    monkeypatch.setattr(model_source, "base_weights", lambda spec: {"gguf_sha256": "g", "embeddings": "tied"})
+    tied = runs.weights_sha256("bundled:qwen2.5-coder-0.5b")
+    monkeypatch.setattr(model_source, "base_weights", lambda spec: {"gguf_sha256": "g", "embeddings": None})
+    assert runs.weights_sha256("bundled:qwen2.5-coder-0.5b") != tied
+
+
+def test_settings_and_states_say_where_they_differ():
+    assert runs.differences({"a": {"b": 1, "c": 2}}, {"a": {"b": 1, "c": 3}}) == "a.c: 2 then 3"
+    assert runs.differences([1], [2]) == "the value: [1] then [2]"
+    assert runs.differences({"x": 1}, {"x": 1}) == "equal"
+
+
+def test_only_a_path_inside_the_work_folder_becomes_work(tmp_path):
+    work = tmp_path / "wk"
+    got = runs.portable({"spec": f"hf:{work}/tiny", "sft": f"{work}2/sft", "work": str(work), "n": [str(work / "a")]},
+                        work)
+    assert got == {"spec": "hf:<work>/tiny", "sft": f"{work}2/sft", "work": "<work>", "n": ["<work>/a"]}
 
 
 def test_settings_name_the_work_folder_so_that_another_work_continues_them(tmp_path):
@@ -406,3 +432,39 @@ def test_settings_name_the_work_folder_so_that_another_work_continues_them(tmp_p
     assert results("w2").done == {"base": {"x": 1}}  # a fresh --work, the same settings
     with pytest.raises(ValueError, match="other settings .base."):
         results("w3", spec="another-model")
+
+
+def test_a_shared_start_nothing_measured_depends_on_is_not_held_against_the_next_call(tmp_path, monkeypatch):
+    """A first call killed before any run was evaluated leaves its fingerprint and warm-start
+    evaluation in --out; the next call, whose shared start came out otherwise, takes its own
+    instead of being refused."""
+    from mleforge.train.config import TrainConfig
+
+    made = {"fingerprint": {"warm_start_weights_sha256": "old"}, "start": START}
+
+    def train_one(config, folder, registry, progress):
+        raise KeyboardInterrupt
+
+    shared = SimpleNamespace(executor=SimpleNamespace(close=lambda: None), sft="none", journals="j", start_spec="hf:s")
+    monkeypatch.setattr(runs, "base_config", lambda args, work: TrainConfig())
+    monkeypatch.setattr(runs, "shared_start", lambda *a: shared)
+    monkeypatch.setattr(runs, "fingerprint", lambda s: made["fingerprint"])
+    monkeypatch.setattr(runs, "held_apart_states", lambda *a, **k: ([SimpleNamespace(state_id=s) for s in "abc"], 0))
+    monkeypatch.setattr(runs, "eval_task_states", lambda *a: [SimpleNamespace(state_id=s) for s in "abc"])
+    monkeypatch.setattr(runs, "evaluate", lambda sh, spec, *a, **k: made["start"])
+    monkeypatch.setattr(runs, "curriculum_real", lambda: SimpleNamespace(train_one=train_one))
+    out = tmp_path / "learning.json"
+
+    def call(work):
+        args = learning.build_parser().parse_args(["--out", str(out), "--work", str(tmp_path / work), "--steps", "2",
+                                                   "--evals", "1", "--seeds", "1"])
+        return learning.run_learning(args, registry=object(), progress=False, argv=["learning.py"])
+
+    with pytest.raises(KeyboardInterrupt):
+        call("w1")
+    made.update(fingerprint={"warm_start_weights_sha256": "new"}, start=AFTER)
+    with pytest.raises(KeyboardInterrupt):
+        call("w2")
+    saved = json.loads(out.read_text())
+    assert saved["shared_start"] == {"warm_start_weights_sha256": "new"}
+    assert saved["start"]["eval"]["per_state"] == runs.per_state(AFTER)

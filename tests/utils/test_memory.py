@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -118,16 +119,20 @@ def test_file_mappings_parse_smaps_headers_and_sizes(tmp_path, monkeypatch):
     assert [m.written for m in got] == [True, False, True]
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.path.realpath("/tmp") != "/tmp",
+                    reason="/proc/self/mounts is Linux's; the paths below are taken as they are")
 def test_filesystem_type_takes_the_longest_mount_point_above_a_path(tmp_path, monkeypatch):
     from mleforge.utils import memory
 
     mounts = tmp_path / "mounts"
     mounts.write_text("/dev/vda / ext4 rw 0 0\ntmpfs /tmp tmpfs rw 0 0\n"
-                      "/dev/vdb /tmp/my\\040disk xfs rw 0 0\nproc /proc proc rw 0 0\n")
+                      "/dev/vdb /tmp/my\\040disk xfs rw 0 0\n/dev/vdc /tmp/back\\134slash btrfs rw 0 0\n"
+                      "proc /proc proc rw 0 0\n")
     real_open = open
     monkeypatch.setattr("builtins.open", lambda f, *a, **k: real_open(mounts if f == "/proc/self/mounts" else f, *a, **k))
     assert memory.filesystem_type("/tmp/x/frozen-weights") == "tmpfs"
     assert memory.filesystem_type("/tmp/my disk/run") == "xfs"
+    assert memory.filesystem_type("/tmp/back\\slash") == "btrfs"
     assert memory.filesystem_type("/tmpfoo/run") == "ext4"  # /tmp is not a prefix of /tmpfoo
     assert memory.filesystem_type("/") == "ext4"
 

@@ -20,6 +20,7 @@ import ctypes.util
 import gc
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterable
 from functools import lru_cache
@@ -146,7 +147,8 @@ def filesystem_type(path: str | Path) -> str | None:
     """The type of the filesystem `path` is on, from /proc/self/mounts (the longest mount point
     above it): "ext4", "xfs", "tmpfs", ...; None off Linux."""
     try:
-        mounts = open("/proc/self/mounts").read().splitlines()  # noqa: SIM115
+        with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as f:
+            mounts = f.read().splitlines()
     except OSError:
         return None
     target = os.path.realpath(path)
@@ -155,7 +157,8 @@ def filesystem_type(path: str | Path) -> str | None:
         fields = line.split()
         if len(fields) < 3:
             continue
-        point = fields[1].replace("\\040", " ")
+        # the kernel writes a space, tab, newline and backslash in a mount point as octal escapes
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[1])
         inside = target == point or target.startswith(point.rstrip("/") + "/")
         if inside and len(point) >= len(best):
             best, kind = point, fields[2]

@@ -120,10 +120,10 @@ class Ct2Rollout:
         sync_s = self.refresh(model, step, trainer.accelerator.device)
         if torch.device(trainer.accelerator.device).type == "cpu":  # the engine holds its own copy
             released = release_file_pages(p for p in model.parameters() if not p.requires_grad)
-            log.log(logging.DEBUG if self._told else logging.INFO,
+            log.log(logging.DEBUG if self._told or not released else logging.INFO,
                     "step %d: %.0f MiB of frozen weights out of the resident set while the rollouts generate",
                     step, released / 2**20)
-            self._told = True
+            self._told = self._told or bool(released)
         prompt_ids = [self.encode(p, trainer) for p in prompts]
         seed = torch.initial_seed() % 2**32  # the trainer's step seed (mleforge.train.grpo.trainer)
         runs = group_runs(prompt_ids)
