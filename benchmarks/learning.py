@@ -39,8 +39,9 @@ other run is too), and a seed's entry is appended when both are, and skipped whe
 later call with more --seeds adds seeds; runs and evaluations cut short continue from <work>. A
 later call may have a fresh --work (another session, say: --out is all that is kept): it makes
 the shared start again and goes on only where it is the same, the warm start's weights and the
-buffer's seed states bit for bit and the warm start's evaluation value for value (`shared_start`
-and `start` in --out), so that its runs pair with the ones before. JSON to --out (benchmarks/_record.py's convention at every write: meta and
+buffer's seed states bit for bit (`shared_start` in --out), so that its runs pair with the ones
+before; it reuses the warm start's evaluation kept in --out (`start_evaluations`) instead of
+sampling it again. JSON to --out (benchmarks/_record.py's convention at every write: meta and
 the table of the seeds finished), a table, and a plot (<out>.png) where matplotlib is installed.
 """
 
@@ -64,6 +65,15 @@ from _record import invocation  # noqa: E402
 
 ARMS = ("grpo", "null")
 PARTIAL = "partial"  # {seed key: {arm: entry}}: the runs of a seed not yet finished, evaluated
+START_RECORDS = "start_evaluations"  # {state set: the warm start's evaluation, compact}
+
+
+def compact(evaluation: Mapping[str, Any]) -> dict[str, Any]:
+    """An evaluation (shared_runs.evaluate) with what the comparisons read of each record: its
+    state, reward and headroom (not the completions)."""
+    return {"spec": evaluation["spec"], "states": evaluation["states"],
+            "seeds": {seed: [{k: r.get(k) for k in ("state_id", "reward", "headroom")} for r in records]
+                      for seed, records in evaluation["seeds"].items()}}
 SETTINGS = ("lr", "lr_scheduler", "warmup", "groups_per_step", "scale_rewards", "beta", "invalid_groups")
 
 
@@ -234,7 +244,7 @@ def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bo
     shared = shared_runs.shared_start(base, args, work, registry, progress)
     try:
         unpaired = not results.done and not any(results.data.get(PARTIAL, {}).values())
-        for key in ("shared_start", "start"):  # nothing measured depends on them yet: this call's count
+        for key in ("shared_start", "start", START_RECORDS):  # nothing measured depends on them yet: this call's count
             if unpaired:
                 results.data.pop(key, None)
         if not unpaired and "shared_start" not in results.data:
@@ -249,10 +259,13 @@ def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bo
             raise ValueError("no evaluation states: name --eval-tasks the runs do not train on")
         eval_seeds = list(range(args.eval_seeds))
         results.fix("state_ids", {name: [s.state_id for s in states] for name, states in sets.items()})
-        starts = {name: shared_runs.evaluate(shared, shared.start_spec, states, eval_seeds,
-                                             work / "evals" / f"start-{name}.json") for name, states in sets.items()}
+        # The warm start's evaluation, kept in --out: a later call of the same shared start reuses it.
+        starts = results.data.get(START_RECORDS) or {
+            name: shared_runs.evaluate(shared, shared.start_spec, states, eval_seeds, work / "evals" / f"start-{name}.json")
+            for name, states in sets.items()}
         results.write(states={name: [s.state_id for s in states] for name, states in sets.items()},
-                      probe_dropped_as_buffer_seeds=dropped, eval_seeds=eval_seeds)
+                      probe_dropped_as_buffer_seeds=dropped, eval_seeds=eval_seeds,
+                      **{START_RECORDS: {name: compact(e) for name, e in starts.items()}})
         # Evaluated again by a call with a fresh --work: the same model and seeds must sample the same.
         results.fix("start", {name: {"mean_reward": shared_runs.mean_reward(e), "per_state": shared_runs.per_state(e)}
                               for name, e in starts.items()}, " (the warm start's evaluation did not repeat)")
