@@ -220,9 +220,17 @@ def plot(summary: Mapping[str, Any], path: Path) -> str | None:
 
 
 def results_table(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The table of the seeds finished so far (none before the warm start is evaluated)."""
+    """The table of the seeds finished so far (none before the warm start is evaluated), then a
+    row for each run evaluated whose seed's other run is still to come."""
     start = {name: data["start"][name]["per_state"] for name in ("eval", "probe")} if "start" in data else {}
-    return table(summarize(data["done"] if start else {}, start))
+    shown = table(summarize(data["done"] if start else {}, start))
+    for key, arms in sorted(data.get(PARTIAL, {}).items()) if start else ():
+        for arm, entry in arms.items():
+            for step, point in entry["checkpoints"].items():
+                shown["rows"].append([f"{arm}, {key} alone (its pair to come)", step,
+                                      shared_runs.ci_text(point["eval"]["vs_start"]), "",
+                                      shared_runs.ci_text(point["probe"]["vs_start"])])
+    return shown
 
 
 def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bool = True,

@@ -354,6 +354,9 @@ def test_a_later_call_with_a_fresh_work_keeps_the_runs_evaluated_and_pairs_only_
         call("w1")
     saved = json.loads(out.read_text())
     assert trained == ["grpo-seed0"] and saved["done"] == {} and list(saved["partial"]["seed0"]) == ["grpo"]
+    assert [r[:2] for r in saved["table"]["rows"]] == [["grpo, seed0 alone (its pair to come)", "2"],
+                                                       ["grpo, seed0 alone (its pair to come)", "4"]]
+    assert saved["table"]["rows"][1][2].startswith("+0.167 [")  # AFTER - START, as below
     assert saved["shared_start"] == made["fingerprint"] and closed == [1]
 
     kill.clear()
