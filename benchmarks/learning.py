@@ -274,7 +274,7 @@ def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bo
         results.write(states={name: [s.state_id for s in states] for name, states in sets.items()},
                       probe_dropped_as_buffer_seeds=dropped, eval_seeds=eval_seeds,
                       **{START_RECORDS: {name: compact(e) for name, e in starts.items()}})
-        # Evaluated again by a call with a fresh --work: the same model and seeds must sample the same.
+        # Sampled again only for a file from before start_evaluations: then it must repeat value for value.
         results.fix("start", {name: {"mean_reward": shared_runs.mean_reward(e), "per_state": shared_runs.per_state(e)}
                               for name, e in starts.items()}, " (the warm start's evaluation did not repeat)")
         todo = results.pending(f"seed{s}" for s in range(args.first_seed, args.first_seed + args.seeds))
