@@ -230,6 +230,8 @@ def results_table(data: Mapping[str, Any]) -> dict[str, Any]:
                 shown["rows"].append([f"{arm}, {key} alone (its pair to come)", step,
                                       shared_runs.ci_text(point["eval"]["vs_start"]), "",
                                       shared_runs.ci_text(point["probe"]["vs_start"])])
+    if start and not data["done"] and any(data.get(PARTIAL, {}).values()):
+        shown["title"] = shown["title"].replace(", 0 seeds;", ", no seed finished yet: its runs alone;")
     return shown
 
 

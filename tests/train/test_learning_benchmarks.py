@@ -357,6 +357,7 @@ def test_a_later_call_with_a_fresh_work_keeps_the_runs_evaluated_and_pairs_only_
     assert [r[:2] for r in saved["table"]["rows"]] == [["grpo, seed0 alone (its pair to come)", "2"],
                                                        ["grpo, seed0 alone (its pair to come)", "4"]]
     assert saved["table"]["rows"][1][2].startswith("+0.167 [")  # AFTER - START, as below
+    assert ", no seed finished yet: its runs alone;" in saved["table"]["title"]
     assert saved["shared_start"] == made["fingerprint"] and closed == [1]
 
     kill.clear()
