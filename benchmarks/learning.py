@@ -66,6 +66,7 @@ from _record import invocation  # noqa: E402
 ARMS = ("grpo", "null")
 PARTIAL = "partial"  # {seed key: {arm: entry}}: the runs of a seed not yet finished, evaluated
 START_RECORDS = "start_evaluations"  # {state set: the warm start's evaluation, compact}
+SETTINGS = ("lr", "lr_scheduler", "warmup", "groups_per_step", "scale_rewards", "beta", "invalid_groups")
 
 
 def compact(evaluation: Mapping[str, Any]) -> dict[str, Any]:
@@ -74,7 +75,6 @@ def compact(evaluation: Mapping[str, Any]) -> dict[str, Any]:
     return {"spec": evaluation["spec"], "states": evaluation["states"],
             "seeds": {seed: [{k: r.get(k) for k in ("state_id", "reward", "headroom")} for r in records]
                       for seed, records in evaluation["seeds"].items()}}
-SETTINGS = ("lr", "lr_scheduler", "warmup", "groups_per_step", "scale_rewards", "beta", "invalid_groups")
 
 
 def checkpoint_steps(steps: int, evals: int) -> list[int]:
@@ -254,8 +254,8 @@ def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bo
     shared = shared_runs.shared_start(base, args, work, registry, progress)
     try:
         unpaired = not results.done and not any(results.data.get(PARTIAL, {}).values())
-        for key in ("shared_start", "start", START_RECORDS):  # nothing measured depends on them yet: this call's count
-            if unpaired:
+        if unpaired:  # nothing measured depends on them yet: this call's count
+            for key in ("shared_start", "start", START_RECORDS):
                 results.data.pop(key, None)
         if not unpaired and "shared_start" not in results.data:
             err_console.print(f"[yellow]{args.out} was made before the shared start was recorded: only the warm "
