@@ -1,8 +1,11 @@
-"""What benchmarks/grpo_sweep.py and benchmarks/learning.py share.
+"""What benchmarks/grpo_sweep.py, benchmarks/learning.py and benchmarks/curriculum_real.py share.
 
+- The base config: the cpu preset with the flags given on top (`preset_config`), a tiny random
+  model for plumbing runs (`--tiny`).
 - The shared start, made once in --work and reused by every run and every later call:
   the template expert's collect on the training tasks (its journals seed every run's buffer,
-  its samples are the SFT warm start's), the warm start itself, as in benchmarks/curriculum_real.py.
+  its samples are the SFT warm start's), the warm start itself, exactly as `mleforge train
+  --sft auto` makes them.
 - Held-apart states of the TRAINING tasks (the sweep's validation set, learning.py's probe set):
   drawn from template-expert episodes of their own seeds (VALIDATION_FIRST_SEED on), never from
   the episodes that seed the buffer; any state that is also a buffer seed is dropped.
@@ -15,24 +18,43 @@
   show no improvement); the completions are mleforge.eval.stepwise.run_stepwise's, one call per
   sampling seed so that each seed is saved (and its completions repeat) on its own.
 - Results appended to a JSON as each piece finishes (`Results`): a key present is never redone.
+- Arms over training seeds (`run_arms`): for each seed, one `mleforge train` run per arm (the
+  same warm start, seed journals, seed and budget; the arms differ only in their config
+  changes), each evaluated at its checkpoints on the evaluation tasks' states and on a probe
+  set of held-apart training states, paired by state against the warm start. learning.py's
+  arms are GRPO and its shuffled-reward null; curriculum_real.py's the two samplers.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import gc
 import json
 import math
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "benchmarks") not in sys.path:  # _record, curriculum_real: scripts beside this one
+if str(ROOT / "benchmarks") not in sys.path:  # _record: a script beside this one
     sys.path.append(str(ROOT / "benchmarks"))
 from _record import print_table, stamp, write_json  # noqa: E402
+
+# flag -> TrainConfig path (dotted: a section's field); a flag not given leaves the preset's value.
+FLAGS = {
+    "model": "model.spec", "threads": "model.threads", "tasks": "tasks", "eval_tasks": "eval_tasks",
+    "steps": "steps", "group_size": "group_size", "groups_per_step": "groups_per_step",
+    "micro_batch": "micro_batch", "max_new_tokens": "max_new_tokens", "sft_steps": "sft.max_steps",
+    "sft_max_length": "sft.max_length", "expert_steps": "collect.steps", "stepwise_states": "stepwise.states",
+    "executor": "sandbox.executor", "generation": "generation.backend", "engine": "stepwise.engine",
+}
+# GRPO's settings a run may change from the preset (learning.py's and curriculum_real.py's flags).
+SETTINGS = ("lr", "lr_scheduler", "warmup", "groups_per_step", "scale_rewards", "beta", "invalid_groups")
 
 VALIDATION_FIRST_SEED = 1000  # the held-apart episodes' seeds: far from the runs' collect seeds (0, 1, ...)
 # Each held-apart set's episodes: the sweep chooses settings on "validation", learning.py reports
@@ -181,10 +203,79 @@ class Shared:
     registry: Any
 
 
-def curriculum_real() -> Any:
-    import curriculum_real as module
+def overrides(args: Any, model: str) -> dict[str, Any]:
+    """The TrainConfig overrides of the flags given (the cpu preset keeps the rest)."""
+    from mleforge.config import set_dotted
 
-    return module
+    out: dict[str, Any] = {"model": {}}
+    for flag, key in FLAGS.items():
+        value = model if flag == "model" else getattr(args, flag, None)
+        if value is not None:
+            out = set_dotted(out, key, value)
+    return out
+
+
+def tiny_spec(work: Path) -> str:
+    """A tiny random Llama in <work>/tiny-model, built once (tests/train/tiny.py)."""
+    folder = work / "tiny-model"
+    if not (folder / "config.json").is_file():
+        sys.path.insert(0, str(ROOT))
+        from tests.train.tiny import tiny_model
+
+        tiny_model(folder)
+    return f"hf:{folder}"
+
+
+def preset_config(args: Any, work: Path) -> Any:
+    """The config every run shares: the cpu preset, the flags given on top, seeded with
+    --eval-seed (the warm start's and the drawn states' seed); a run replaces its seed, sft,
+    journals and its arm's changes."""
+    from mleforge.train.config import TrainConfig
+
+    model = tiny_spec(work) if args.tiny else args.model
+    given = overrides(args, model)
+    if args.tiny:  # the tiny byte-level tokenizer makes ~4,000-token prompts; ct2 is for real models
+        given.setdefault("sft", {}).setdefault("max_length", 16000)
+        given.setdefault("stepwise", {}).setdefault("engine", "transformers")
+    stepwise = {**given.pop("stepwise", {}), "enabled": True}
+    return TrainConfig.preset_config("cpu", **given, warm_start=args.sft, seed=args.eval_seed, stepwise=stepwise)
+
+
+def shared_executor(config: Any, work: Path) -> Any:
+    """The executor of the collect and the evaluations: the one `mleforge train` picks (auto:
+    `make_executor("auto")`, the warm pool wherever it isolates its runs, else local), behind a
+    result cache (an identical completion of the same state is graded once across all runs)."""
+    from mleforge.sandbox import CachingExecutor, make_executor
+
+    sandbox = config.sandbox
+    options = {} if sandbox.isolation is None else {"isolation": sandbox.isolation}
+    executor = make_executor(sandbox.executor, **options)
+    return CachingExecutor(executor, work / "results.sqlite")
+
+
+def warm_start(args: Any, plan: Any, work: Path, registry: Any, executor: Any, progress: bool) -> tuple[str, str, str]:
+    """(every run's `sft`, its `journals`, the model spec GRPO starts from), made once."""
+    import mleforge.train.warm_start as warm
+    from mleforge.runs import SFT_DIR
+
+    journals = args.journals
+    collected = None
+    if plan.config.warm_start_mode == "auto" or journals is None:
+        collected = warm.collect_expert(plan, work, registry, executor, progress)
+        journals = journals or collected.journals_dir
+    spec = warm.warm_start(plan, work, collected, progress)  # auto: <work>/sft, as `mleforge train` makes it
+    sft = str(work / SFT_DIR) if plan.config.warm_start_mode == "auto" else plan.config.warm_start
+    return sft, str(journals), spec
+
+
+def train_one(config: Any, folder: Path, registry: Any, progress: bool) -> Any:
+    """One run: started, continued after a kill (the trainer's own resume), or read back when done."""
+    from mleforge.runs import CONFIG_FILE
+    from mleforge.train.recipe import resume, train
+
+    if (folder / CONFIG_FILE).is_file():
+        return resume(folder, registry=registry, progress=progress)
+    return train(config, folder, registry=registry, progress=progress)
 
 
 def shared_start(base: Any, args: Any, work: Path, registry: Any, progress: bool) -> Shared:
@@ -195,10 +286,9 @@ def shared_start(base: Any, args: Any, work: Path, registry: Any, progress: bool
     plan = recipe.preflight(base, registry)
     for task in (*plan.tasks, *plan.eval_tasks):
         prepare(task)
-    real = curriculum_real()
-    executor = real.shared_executor(base, work)
+    executor = shared_executor(base, work)
     try:
-        sft, journals, spec = real.warm_start(args, plan, work, registry, executor, progress)
+        sft, journals, spec = warm_start(args, plan, work, registry, executor, progress)
     except BaseException:
         executor.close()
         raise
@@ -361,26 +451,59 @@ def mean_reward(evaluation: Mapping[str, Any]) -> float | None:
     return sum(rewards) / len(rewards) if rewards else None
 
 
-# --- a run's training figures, and the flags both benchmarks take ------------------------------------
+# --- a run's training figures, and the flags the benchmarks take ------------------------------------
+
+
+def read_rollouts(run_dir: Path) -> list[Any]:
+    """A run's rollouts (mleforge.train.records.RolloutLine), step by step."""
+    from mleforge.runs import ROLLOUTS_DIR
+    from mleforge.train.records import RolloutLine
+
+    lines = []
+    for path in sorted((run_dir / ROLLOUTS_DIR).glob("step-*.jsonl"), key=lambda p: int(p.stem.split("-")[1])):
+        lines += [RolloutLine.from_dict(json.loads(x)) for x in path.read_text(encoding="utf-8").splitlines() if x]
+    return lines
 
 
 def frac_no_valid(groups: Mapping[Any, Sequence[str]]) -> float | None:
     """The fraction of groups (their rollouts' outcomes) with no valid rollout."""
-    return sum("valid" not in outcomes for outcomes in groups.values()) / len(groups) if groups else None
+    from mleforge.train.metrics import frac_no_valid_groups
+
+    return frac_no_valid_groups(list(groups.values()))
+
+
+def run_figures(lines: Sequence[Any]) -> dict[str, Any]:
+    """A run's training figures from its rollouts, over the whole run; a group is a (step, group)
+    pair; the group figures are mleforge.train.metrics' own: tied (zero advantage), with no
+    valid rollout, and either (`frac_groups_no_signal`: nothing learned of the metric)."""
+    from mleforge.train.metrics import (
+        frac_no_signal_groups,
+        frac_tied_groups,
+        outcome_rates,
+        reward_summary,
+    )
+
+    rewards: dict[tuple[int, int], list[float | None]] = {}
+    outcomes: dict[tuple[int, int], list[str]] = {}
+    for line in lines:
+        rewards.setdefault((line.step, line.group), []).append(line.reward)
+        outcomes.setdefault((line.step, line.group), []).append(line.outcome)
+    mean, _ = reward_summary([line.reward for line in lines])
+    rates = outcome_rates([line.outcome for line in lines])
+    return {"frac_zero_std_groups": frac_tied_groups(list(rewards.values())), "reward_per_rollout": mean,
+            "rollouts": len(lines), "scored": sum(line.reward is not None for line in lines),
+            "groups": len(rewards), "train_valid_rate": rates["valid_rate"],
+            "train_format_error_rate": rates["format_error_rate"], "frac_groups_no_valid": frac_no_valid(outcomes),
+            "frac_groups_no_signal": frac_no_signal_groups(list(rewards.values()), list(outcomes.values()))}
 
 
 def train_figures(run_dir: Path) -> dict[str, Any]:
-    """curriculum_real's run figures, plus the fraction of groups with no valid rollout."""
-    real = curriculum_real()
-    lines = real.read_rollouts(run_dir)
-    groups: dict[tuple[int, int], list[str]] = {}
-    for line in lines:
-        groups.setdefault((line.step, line.group), []).append(line.outcome)
-    return {**real.run_figures(lines), "frac_groups_no_valid": frac_no_valid(groups)}
+    """`run_figures` of a run folder's rollouts."""
+    return run_figures(read_rollouts(run_dir))
 
 
 def add_shared_flags(p: Any) -> None:
-    """--work, --model, --tiny, --sft, --journals and the cpu preset's settings both benchmarks take."""
+    """--work, --model, --tiny, --sft, --journals and the cpu preset's settings the benchmarks take."""
     p.add_argument("--out", type=Path, required=True, help="the results JSON (appended as each piece finishes)")
     p.add_argument("--work", required=True, help="the shared warm start, the runs, the evaluations (reused)")
     p.add_argument("--model", default=None, help="bundled:NAME | hf:PATH (default: the cpu preset's)")
@@ -404,11 +527,164 @@ def add_shared_flags(p: Any) -> None:
         p.add_argument(flag, type=kind, default=None, help=f"{what} (default: the cpu preset's)")
 
 
+def add_arm_flags(p: Any, arms: str) -> None:
+    """The flags of `run_arms`: the runs' length, seeds, evaluations, and GRPO's settings."""
+    p.add_argument("--steps", type=int, default=32, help="GRPO steps per run")
+    p.add_argument("--evals", type=int, default=4, help="checkpoints evaluated (every steps / evals steps)")
+    p.add_argument("--seeds", type=int, default=3, help=f"training seeds (each: {arms})")
+    p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument("--eval-seeds", type=int, default=4, help="sampling seeds per evaluated state")
+    p.add_argument("--probe-states", type=int, default=16, help="held-apart states of the training tasks")
+    for name, kind in (("lr", float), ("lr_scheduler", str), ("warmup", float), ("groups_per_step", int),
+                       ("scale_rewards", str), ("beta", float), ("invalid_groups", str)):
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None,
+                       help=f"GRPO's {name} for every run (default: the cpu preset's)")
+
+
 def base_config(args: Any, work: Path) -> Any:
-    """curriculum_real's base config of these flags (`steps`, `groups_per_step` left to each run)."""
-    args.steps = getattr(args, "steps", None)
-    args.groups_per_step = None
-    return curriculum_real().base_config(args, work)
+    """`preset_config` of these flags; `steps` is the runs' (where the script has the flag) and
+    `groups_per_step` is left to each run (a setting, or a sweep configuration's)."""
+    flags = argparse.Namespace(**{**vars(args), "steps": getattr(args, "steps", None), "groups_per_step": None})
+    return preset_config(flags, work)
+
+
+# --- arms over training seeds (learning.py, curriculum_real.py) --------------------------------------
+
+PARTIAL = "partial"  # {seed key: {arm: entry}}: the runs of a seed evaluated while another is still to come
+START_RECORDS = "start_evaluations"  # {state set: the warm start's evaluation, compact}
+
+
+def compact(evaluation: Mapping[str, Any]) -> dict[str, Any]:
+    """An evaluation (`evaluate`) with what the comparisons read of each record: its state,
+    reward and headroom (not the completions)."""
+    return {"spec": evaluation["spec"], "states": evaluation["states"],
+            "seeds": {seed: [{k: r.get(k) for k in ("state_id", "reward", "headroom")} for r in records]
+                      for seed, records in evaluation["seeds"].items()}}
+
+
+def checkpoint_steps(steps: int, evals: int) -> list[int]:
+    """The steps evaluated: every steps / evals, the last the run's end."""
+    if evals < 1 or steps % evals:
+        raise SystemExit(f"error: --steps {steps} must be a multiple of --evals {evals}")
+    return [steps // evals * k for k in range(1, evals + 1)]
+
+
+def run_config(base: Any, shared: Any, args: Any, seed: int, changes: Mapping[str, Any]) -> Any:
+    """One arm's TrainConfig: the base at `seed` from the shared start, GRPO's settings given as
+    flags, the arm's `changes`, and a checkpoint kept at every evaluated step."""
+    interval = args.steps // args.evals
+    settings = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}
+    retain = max(base.buffer.retain_evicted_steps, interval)
+    return base.replace(seed=seed, warm_start=shared.sft, journals=shared.journals, stepwise={"enabled": False},
+                        steps=args.steps, save_steps=interval, save_total_limit=max(2, args.evals + 1),
+                        buffer={"retain_evicted_steps": retain}, **{"shuffle_rewards": False, **settings, **changes})
+
+
+def checkpoint_spec(run_dir: Path, step: int, last: int, final_model: str) -> str:
+    return f"hf:{final_model}" if step == last else f"hf:{run_dir / 'checkpoints' / f'checkpoint-{step}'}"
+
+
+def arm_entry(shared: Any, folder: Path, result: Any, steps: Sequence[int], sets: Mapping[str, Any],
+              starts: Mapping[str, Any], eval_seeds: Sequence[int], work: Path) -> dict[str, Any]:
+    """One run's checkpoints evaluated on each state set, paired against the warm start."""
+    out: dict[str, Any] = {"train": train_figures(folder), "checkpoints": {}}
+    for step in steps:
+        spec = checkpoint_spec(folder, step, steps[-1], result.final_model)
+        point: dict[str, Any] = {}
+        for name, states in sets.items():
+            after = evaluate(shared, spec, states, eval_seeds, work / "evals" / f"{folder.name}-{step}-{name}.json")
+            point[name] = {"mean_reward": mean_reward(after), "per_state": per_state(after),
+                           "vs_start": compare(starts[name], after),
+                           "vs_start_headroom": compare(starts[name], after, headroom_only=True)}
+        out["checkpoints"][str(step)] = point
+        gc.collect()
+    return out
+
+
+def arm_settings(base: Any, args: Any) -> dict[str, Any]:
+    """What a results file of `run_arms` is made with: two files with the same settings (and the
+    same shared start) hold runs of the same config for the same arm changes."""
+    return {"base": base.to_dict(), "steps": args.steps, "evals": args.evals, "eval_seeds": args.eval_seeds,
+            "probe_states": args.probe_states, "settings": {k: getattr(args, k) for k in SETTINGS},
+            "journals": args.journals}
+
+
+def run_arms(args: Any, arms: Mapping[str, Mapping[str, Any]], *, benchmark: str,
+             table_of: Callable[[Mapping[str, Any]], dict[str, Any]], registry: Any = None, progress: bool = True,
+             argv: Sequence[str] | None = None,
+             reuse: Callable[[Results, str, str, Path], dict[str, Any] | None] | None = None) -> Results:
+    """For each training seed, a `mleforge train` run per arm (its TrainConfig changes), each kept
+    in --out once evaluated (under PARTIAL until its seed's other arms are too), the seed's
+    entry recorded when all are. A later call may have a fresh --work (another session: --out is
+    all that is kept): it makes the shared start again and goes on only where it is the same,
+    bit for bit (`shared_start`: `fingerprint`), and reuses the warm start's evaluation kept in
+    --out. `reuse(results, seed key, arm, work)` may return an arm's entry measured elsewhere
+    (the very same run in another results file) instead of training it."""
+    from mleforge.cli.output import err_console
+    from mleforge.tasks.registry import TaskRegistry
+
+    registry = registry or TaskRegistry()
+    steps = checkpoint_steps(args.steps, args.evals)
+    work = Path(args.work).expanduser().resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    base = base_config(args, work)
+    results = Results(args.out, benchmark, arm_settings(base, args), table_of, argv, work=work)
+    started = time.perf_counter()
+    shared = shared_start(base, args, work, registry, progress)
+    try:
+        unpaired = not results.done and not any(results.data.get(PARTIAL, {}).values())
+        if unpaired:  # nothing measured depends on them yet: this call's count
+            for key in ("shared_start", "start", START_RECORDS):
+                results.data.pop(key, None)
+        if not unpaired and "shared_start" not in results.data:
+            err_console.print(f"[yellow]{args.out} was made before the shared start was recorded: only the warm "
+                              "start's evaluation checks that this call's pairs with it[/]", highlight=False)
+        results.fix("shared_start", fingerprint(shared),
+                    " (a warm start or buffer seed states made otherwise: another machine, library or commit)")
+        probe, dropped = held_apart_states(shared, work, args.probe_states, args.eval_seed, progress, purpose="probe")
+        sets = {"eval": eval_task_states(shared, work, progress), "probe": probe}
+        if not sets["eval"]:
+            raise ValueError("no evaluation states: name --eval-tasks the runs do not train on")
+        eval_seeds = list(range(args.eval_seeds))
+        results.fix("state_ids", {name: [s.state_id for s in states] for name, states in sets.items()})
+        # The warm start's evaluation, kept in --out: a later call of the same shared start reuses it.
+        starts = results.data.get(START_RECORDS) or {
+            name: evaluate(shared, shared.start_spec, states, eval_seeds, work / "evals" / f"start-{name}.json")
+            for name, states in sets.items()}
+        results.write(states={name: [s.state_id for s in states] for name, states in sets.items()},
+                      probe_dropped_as_buffer_seeds=dropped, eval_seeds=eval_seeds,
+                      **{START_RECORDS: {name: compact(e) for name, e in starts.items()}})
+        # Sampled again only for a file from before start_evaluations: then it must repeat value for value.
+        results.fix("start", {name: {"mean_reward": mean_reward(e), "per_state": per_state(e)}
+                              for name, e in starts.items()}, " (the warm start's evaluation did not repeat)")
+        todo = results.pending(f"seed{s}" for s in range(args.first_seed, args.first_seed + args.seeds))
+        for i, key in enumerate(todo):
+            seed = int(key.removeprefix("seed"))
+            entry: dict[str, Any] = {"seed": seed, "arms": {}}
+            finished = results.data.setdefault(PARTIAL, {}).setdefault(key, {})  # a run of it an earlier call evaluated
+            for arm, changes in arms.items():
+                if arm not in finished and reuse is not None:
+                    found = reuse(results, key, arm, work)
+                    if found is not None:
+                        finished[arm] = found
+                        results.write()
+                if arm in finished:
+                    entry["arms"][arm] = finished[arm]
+                    continue
+                if progress:
+                    err_console.print(f"[bold][{i + 1}/{len(todo)}] {arm} seed {seed}[/]  ({args.steps} steps; "
+                                      f"elapsed {time.perf_counter() - started:.0f} s)", highlight=False)
+                folder = work / "runs" / f"{arm}-seed{seed}"
+                result = train_one(run_config(base, shared, args, seed, changes), folder, registry, progress)
+                gc.collect()
+                entry["arms"][arm] = finished[arm] = arm_entry(shared, folder, result, steps, sets, starts, eval_seeds,
+                                                               work)
+                results.write()
+            del results.data[PARTIAL][key]
+            results.record(key, entry)
+    finally:
+        shared.executor.close()
+    return results
 
 
 def run_main(run: Callable[..., dict[str, Any]], args: Any, argv: Sequence[str],

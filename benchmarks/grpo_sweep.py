@@ -196,7 +196,7 @@ def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool 
             folder = work / "runs" / name.replace("/", "-per-")
             config = base.replace(seed=args.train_seed + SEED_OFFSET.get(name, 0), warm_start=shared.sft, journals=shared.journals,
                                   stepwise={"enabled": False}, steps=steps[name], **changes)
-            result = shared_runs.curriculum_real().train_one(config, folder, registry, progress)
+            result = shared_runs.train_one(config, folder, registry, progress)
             gc.collect()
             after = shared_runs.evaluate(shared, f"hf:{result.final_model}", states, seeds,
                                          work / "evals" / f"{folder.name}.json", changes.get("max_new_tokens"))

@@ -52,9 +52,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does, before torch loads
 
 import argparse
-import gc
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -63,56 +61,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _learning_runs as shared_runs  # noqa: E402
 from _record import invocation  # noqa: E402
 
-ARMS = ("grpo", "null")
-PARTIAL = "partial"  # {seed key: {arm: entry}}: the runs of a seed not yet finished, evaluated
-START_RECORDS = "start_evaluations"  # {state set: the warm start's evaluation, compact}
-SETTINGS = ("lr", "lr_scheduler", "warmup", "groups_per_step", "scale_rewards", "beta", "invalid_groups")
-
-
-def compact(evaluation: Mapping[str, Any]) -> dict[str, Any]:
-    """An evaluation (shared_runs.evaluate) with what the comparisons read of each record: its
-    state, reward and headroom (not the completions)."""
-    return {"spec": evaluation["spec"], "states": evaluation["states"],
-            "seeds": {seed: [{k: r.get(k) for k in ("state_id", "reward", "headroom")} for r in records]
-                      for seed, records in evaluation["seeds"].items()}}
-
-
-def checkpoint_steps(steps: int, evals: int) -> list[int]:
-    """The steps evaluated: every steps / evals, the last the run's end."""
-    if evals < 1 or steps % evals:
-        raise SystemExit(f"error: --steps {steps} must be a multiple of --evals {evals}")
-    return [steps // evals * k for k in range(1, evals + 1)]
+ARMS = {"grpo": {}, "null": {"shuffle_rewards": True}}  # arm -> its TrainConfig changes
+PARTIAL, START_RECORDS = shared_runs.PARTIAL, shared_runs.START_RECORDS
+SETTINGS = shared_runs.SETTINGS
+compact, checkpoint_steps = shared_runs.compact, shared_runs.checkpoint_steps
 
 
 def run_config(base: Any, shared: Any, args: argparse.Namespace, seed: int, arm: str) -> Any:
     """One arm's TrainConfig: its checkpoints kept at every evaluated step."""
-    interval = args.steps // args.evals
-    changes = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}
-    retain = max(base.buffer.retain_evicted_steps, interval)
-    return base.replace(seed=seed, warm_start=shared.sft, journals=shared.journals, stepwise={"enabled": False},
-                        steps=args.steps, save_steps=interval, save_total_limit=max(2, args.evals + 1),
-                        buffer={"retain_evicted_steps": retain}, shuffle_rewards=arm == "null", **changes)
-
-
-def checkpoint_spec(run_dir: Path, step: int, last: int, final_model: str) -> str:
-    return f"hf:{final_model}" if step == last else f"hf:{run_dir / 'checkpoints' / f'checkpoint-{step}'}"
-
-
-def arm_entry(shared: Any, folder: Path, result: Any, steps: Sequence[int], sets: Mapping[str, Any],
-              starts: Mapping[str, Any], eval_seeds: Sequence[int], work: Path) -> dict[str, Any]:
-    """One run's checkpoints evaluated on both state sets, paired against the warm start."""
-    out: dict[str, Any] = {"train": shared_runs.train_figures(folder), "checkpoints": {}}
-    for step in steps:
-        spec = checkpoint_spec(folder, step, steps[-1], result.final_model)
-        point: dict[str, Any] = {}
-        for name, states in sets.items():
-            after = shared_runs.evaluate(shared, spec, states, eval_seeds, work / "evals" / f"{folder.name}-{step}-{name}.json")
-            point[name] = {"mean_reward": shared_runs.mean_reward(after), "per_state": shared_runs.per_state(after),
-                           "vs_start": shared_runs.compare(starts[name], after),
-                           "vs_start_headroom": shared_runs.compare(starts[name], after, headroom_only=True)}
-        out["checkpoints"][str(step)] = point
-        gc.collect()
-    return out
+    return shared_runs.run_config(base, shared, args, seed, ARMS[arm])
 
 
 # --- over seeds --------------------------------------------------------------------------------------
@@ -219,17 +176,24 @@ def plot(summary: Mapping[str, Any], path: Path) -> str | None:
 # --- the benchmark -----------------------------------------------------------------------------------
 
 
+def partial_rows(data: Mapping[str, Any], rows: list[list[Any]], width: int) -> None:
+    """Append to `rows` a row per run evaluated whose seed's other arms are still to come: its
+    arm, step, and after - start on the evaluation tasks and on the probe, in `width` columns."""
+    for key, arms in sorted(data.get(PARTIAL, {}).items()):
+        for arm, entry in arms.items():
+            for step, point in entry["checkpoints"].items():
+                row = [f"{arm}, {key} alone (its pair to come)", step, shared_runs.ci_text(point["eval"]["vs_start"])]
+                row += [""] * (width - 4) + [shared_runs.ci_text(point["probe"]["vs_start"])]
+                rows.append(row)
+
+
 def results_table(data: Mapping[str, Any]) -> dict[str, Any]:
     """The table of the seeds finished so far (none before the warm start is evaluated), then a
     row for each run evaluated whose seed's other run is still to come."""
     start = {name: data["start"][name]["per_state"] for name in ("eval", "probe")} if "start" in data else {}
     shown = table(summarize(data["done"] if start else {}, start))
-    for key, arms in sorted(data.get(PARTIAL, {}).items()) if start else ():
-        for arm, entry in arms.items():
-            for step, point in entry["checkpoints"].items():
-                shown["rows"].append([f"{arm}, {key} alone (its pair to come)", step,
-                                      shared_runs.ci_text(point["eval"]["vs_start"]), "",
-                                      shared_runs.ci_text(point["probe"]["vs_start"])])
+    if start:
+        partial_rows(data, shown["rows"], len(shown["columns"]))
     if start and not data["done"] and any(data.get(PARTIAL, {}).values()):
         shown["title"] = shown["title"].replace(", 0 seeds;", ", no seed finished yet: its runs alone;")
     return shown
@@ -238,70 +202,8 @@ def results_table(data: Mapping[str, Any]) -> dict[str, Any]:
 def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bool = True,
                  argv: list[str] | None = None) -> dict[str, Any]:
     """The benchmark; `argv`: the command line its JSON's meta names (None: this process's)."""
-    from mleforge.cli.output import err_console
-    from mleforge.tasks.registry import TaskRegistry
-
-    registry = registry or TaskRegistry()
-    steps = checkpoint_steps(args.steps, args.evals)
-    work = Path(args.work).expanduser().resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    base = shared_runs.base_config(args, work)
-    results = shared_runs.Results(args.out, "learning", {
-        "base": base.to_dict(), "steps": args.steps, "evals": args.evals, "eval_seeds": args.eval_seeds,
-        "probe_states": args.probe_states, "settings": {k: getattr(args, k) for k in SETTINGS},
-        "journals": args.journals}, results_table, argv, work=work)
-    started = time.perf_counter()
-    shared = shared_runs.shared_start(base, args, work, registry, progress)
-    try:
-        unpaired = not results.done and not any(results.data.get(PARTIAL, {}).values())
-        if unpaired:  # nothing measured depends on them yet: this call's count
-            for key in ("shared_start", "start", START_RECORDS):
-                results.data.pop(key, None)
-        if not unpaired and "shared_start" not in results.data:
-            err_console.print(f"[yellow]{args.out} was made before the shared start was recorded: only the warm "
-                              "start's evaluation checks that this call's pairs with it[/]", highlight=False)
-        results.fix("shared_start", shared_runs.fingerprint(shared),
-                    " (a warm start or buffer seed states made otherwise: another machine, library or commit)")
-        probe, dropped = shared_runs.held_apart_states(shared, work, args.probe_states, args.eval_seed, progress,
-                                                         purpose="probe")
-        sets = {"eval": shared_runs.eval_task_states(shared, work, progress), "probe": probe}
-        if not sets["eval"]:
-            raise ValueError("no evaluation states: name --eval-tasks the runs do not train on")
-        eval_seeds = list(range(args.eval_seeds))
-        results.fix("state_ids", {name: [s.state_id for s in states] for name, states in sets.items()})
-        # The warm start's evaluation, kept in --out: a later call of the same shared start reuses it.
-        starts = results.data.get(START_RECORDS) or {
-            name: shared_runs.evaluate(shared, shared.start_spec, states, eval_seeds, work / "evals" / f"start-{name}.json")
-            for name, states in sets.items()}
-        results.write(states={name: [s.state_id for s in states] for name, states in sets.items()},
-                      probe_dropped_as_buffer_seeds=dropped, eval_seeds=eval_seeds,
-                      **{START_RECORDS: {name: compact(e) for name, e in starts.items()}})
-        # Sampled again only for a file from before start_evaluations: then it must repeat value for value.
-        results.fix("start", {name: {"mean_reward": shared_runs.mean_reward(e), "per_state": shared_runs.per_state(e)}
-                              for name, e in starts.items()}, " (the warm start's evaluation did not repeat)")
-        todo = results.pending(f"seed{s}" for s in range(args.first_seed, args.first_seed + args.seeds))
-        for i, key in enumerate(todo):
-            seed = int(key.removeprefix("seed"))
-            entry: dict[str, Any] = {"seed": seed, "arms": {}}
-            finished = results.data.setdefault(PARTIAL, {}).setdefault(key, {})  # a run of it an earlier call evaluated
-            for arm in ARMS:
-                if arm in finished:
-                    entry["arms"][arm] = finished[arm]
-                    continue
-                if progress:
-                    err_console.print(f"[bold][{i + 1}/{len(todo)}] {arm} seed {seed}[/]  ({args.steps} steps; "
-                                      f"elapsed {time.perf_counter() - started:.0f} s)", highlight=False)
-                folder = work / "runs" / f"{arm}-seed{seed}"
-                config = run_config(base, shared, args, seed, arm)
-                result = shared_runs.curriculum_real().train_one(config, folder, registry, progress)
-                gc.collect()
-                entry["arms"][arm] = finished[arm] = arm_entry(shared, folder, result, steps, sets, starts, eval_seeds,
-                                                               work)
-                results.write()
-            del results.data[PARTIAL][key]
-            results.record(key, entry)
-    finally:
-        shared.executor.close()
+    results = shared_runs.run_arms(args, ARMS, benchmark="learning", table_of=results_table, registry=registry,
+                                   progress=progress, argv=argv)
     summary = summarize(results.done, {name: results.data["start"][name]["per_state"] for name in ("eval", "probe")})
     picture = plot(summary, args.out.with_suffix(".png"))
     results.write(summary=summary, plot=picture)
@@ -311,16 +213,7 @@ def run_learning(args: argparse.Namespace, *, registry: Any = None, progress: bo
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     shared_runs.add_shared_flags(p)
-    p.add_argument("--steps", type=int, default=32, help="GRPO steps per run")
-    p.add_argument("--evals", type=int, default=4, help="checkpoints evaluated (every steps / evals steps)")
-    p.add_argument("--seeds", type=int, default=3, help="training seeds (each: a grpo and a null run)")
-    p.add_argument("--first-seed", type=int, default=0)
-    p.add_argument("--eval-seeds", type=int, default=4, help="sampling seeds per evaluated state")
-    p.add_argument("--probe-states", type=int, default=16, help="held-apart states of the training tasks")
-    for name, kind in (("lr", float), ("lr_scheduler", str), ("warmup", float), ("groups_per_step", int),
-                       ("scale_rewards", str), ("beta", float), ("invalid_groups", str)):
-        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None,
-                       help=f"GRPO's {name} (default: the cpu preset's; the sweep's choice until it is the preset's)")
+    shared_runs.add_arm_flags(p, "a grpo and a null run")
     return p
 
 

@@ -1,11 +1,12 @@
-"""benchmarks/curriculum_real.py: its math by hand, and its core end to end on a tiny model
-(2 seeds x 2 samplers x 1 real GRPO step, the shared warm start and step-wise evaluation)."""
+"""benchmarks/curriculum_real.py: its math by hand, its reuse of learning.py's runs, and its core
+end to end on a tiny model (2 seeds x 2 samplers x 1 real GRPO step, the shared warm start,
+the evaluation tasks' and the probe's states)."""
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,6 +15,19 @@ from mleforge.train.records import RolloutLine
 from tests.benchmark_module import load_benchmark
 
 bench = load_benchmark("curriculum_real")
+learning = load_benchmark("learning")
+runs = bench.shared_runs
+
+
+def evaluation(rewards: dict[str, list[float]]) -> dict:
+    """An `evaluate` result: {state: [reward at seed 0, at seed 1, ...]}."""
+    seeds = len(next(iter(rewards.values())))
+    return {"spec": "x", "states": list(rewards), "seeds": {
+        str(k): [{"state_id": s, "reward": r[k], "headroom": True} for s, r in rewards.items()] for k in range(seeds)}}
+
+
+START = evaluation({"a": [0.5, 0.5], "b": [-0.3, -0.1], "c": [0.6, 0.4]})
+AFTER = evaluation({"a": [0.7, 0.5], "b": [0.1, 0.3], "c": [0.5, 0.5]})
 
 
 def test_over_seeds_is_the_mean_and_the_sample_sem():
@@ -30,21 +44,24 @@ def test_over_seeds_is_the_mean_and_the_sample_sem():
     assert bench.over_seeds({3: 0.7})["sem"] is None  # one seed has no standard error
 
 
-def test_the_difference_is_paired_by_seed():
+def test_the_difference_is_paired_by_seed_with_a_t_interval():
     uniform = {0: 0.5, 1: 0.25, 2: 0.0}
     learnability = {0: 0.75, 1: 0.25, 2: 0.5}
-    # differences 0.25, 0, 0.5: mean 0.25, variance (0 + 0.0625 + 0.0625) / 2 = 0.0625, SEM 0.25 / sqrt(3)
-    out = bench.paired_difference(uniform, learnability)
-    assert out["mean"] == 0.25 and out["n"] == 3
-    assert out["sem"] == pytest.approx(0.1443376, abs=1e-7)
-    assert out["per_seed"] == {"0": 0.25, "1": 0.0, "2": 0.5}
-    # not the unpaired SEM: hypot(SEM_u, SEM_l) = hypot(0.1443376, 0.1443376) = 0.2041241
-    assert out["sem"] != pytest.approx(0.2041241, abs=1e-4)
+    # differences 0.25, 0, 0.5: mean 0.25, variance (0 + 0.0625 + 0.0625) / 2 = 0.0625, SE 0.25 / sqrt(3)
+    # = 0.1443376; t(0.975, 2) = 4.302653: half-width 0.6210344
+    out = bench.paired_by_seed(uniform, learnability)
+    assert out["diff"] == pytest.approx(0.25) and out["n"] == 3
+    assert out["se"] == pytest.approx(0.1443376, abs=1e-7)
+    assert (out["ci_low"], out["ci_high"]) == (pytest.approx(0.25 - 0.6210344, abs=1e-6),
+                                               pytest.approx(0.25 + 0.6210344, abs=1e-6))
+    assert out["per_seed"] == {"0": 0.25, "1": 0.0, "2": 0.5} and (out["up"], out["tied"]) == (2, 1)
+    # not the unpaired SE: hypot(SEM_u, SEM_l) = hypot(0.1443376, 0.1443376) = 0.2041241
+    assert out["se"] != pytest.approx(0.2041241, abs=1e-4)
     # only seeds both samplers have a value for: seed 1 (a None) and seed 2 (uniform only) drop out
-    out = bench.paired_difference({0: 0.5, 1: 0.25, 2: 0.0, 3: 1.0}, {0: 0.75, 1: None, 3: 0.5})
-    assert out["per_seed"] == {"0": 0.25, "3": -0.5} and out["mean"] == -0.125
-    # differences 0.25, -0.5: variance ((0.375)^2 * 2) / 1 = 0.28125, SEM sqrt(0.28125 / 2) = 0.375
-    assert out["sem"] == pytest.approx(0.375)
+    out = bench.paired_by_seed({0: 0.5, 1: 0.25, 2: 0.0, 3: 1.0}, {0: 0.75, 1: None, 3: 0.5})
+    assert out["per_seed"] == {"0": 0.25, "3": -0.5} and out["diff"] == pytest.approx(-0.125)
+    # differences 0.25, -0.5: variance (0.375^2 * 2) / 1 = 0.28125, SE sqrt(0.28125 / 2) = 0.375
+    assert out["se"] == pytest.approx(0.375)
 
 
 def line(step: int, group: int, index: int, reward: float | None, outcome: str) -> RolloutLine:
@@ -53,110 +70,219 @@ def line(step: int, group: int, index: int, reward: float | None, outcome: str) 
                        components=None, score=None, error=None, cached=False, completion_tokens=3)
 
 
-def test_run_figures_count_groups_per_step_and_leave_lost_rollouts_out():
+def test_run_figures_count_groups_per_step_and_which_carry_no_signal():
     lines = [
         line(0, 0, 0, 0.5, "valid"), line(0, 0, 1, 0.5, "valid"),  # tied
-        line(0, 1, 2, 0.5, "valid"), line(0, 1, 3, -0.3, "format_error"),  # not tied
-        line(1, 0, 0, None, "lost"), line(1, 0, 1, -0.2, "execution_error"),  # one scored reward: tied
+        line(0, 1, 2, 0.5, "valid"), line(0, 1, 3, -0.3, "format_error"),  # not tied: a signal
+        line(1, 0, 0, None, "lost"), line(1, 0, 1, -0.2, "execution_error"),  # one scored reward: tied, no valid
+        line(2, 0, 0, -0.3, "format_error"), line(2, 0, 1, -0.2, "execution_error"),  # untied, yet no valid
     ]
-    out = bench.run_figures(lines)
-    # groups are (step, group): step 1's group 0 is not step 0's (merged, they would not tie: 1/2)
-    assert out["groups"] == 3 and out["frac_zero_std_groups"] == pytest.approx(2 / 3)
-    # the scored rewards 0.5, 0.5, 0.5, -0.3, -0.2: 1.0 / 5
-    assert out["reward_per_rollout"] == pytest.approx(0.2)
-    assert (out["rollouts"], out["scored"]) == (6, 5)
-    assert out["train_valid_rate"] == pytest.approx(3 / 6) and out["train_format_error_rate"] == pytest.approx(1 / 6)
+    out = runs.run_figures(lines)
+    # groups are (step, group): step 1's group 0 is not step 0's
+    assert out["groups"] == 4 and out["frac_zero_std_groups"] == pytest.approx(2 / 4)
+    assert out["frac_groups_no_valid"] == pytest.approx(2 / 4)
+    assert out["frac_groups_no_signal"] == pytest.approx(3 / 4)  # all but (0, 1)
+    # the scored rewards 0.5, 0.5, 0.5, -0.3, -0.2, -0.3, -0.2: 0.5 / 7
+    assert out["reward_per_rollout"] == pytest.approx(0.5 / 7)
+    assert (out["rollouts"], out["scored"]) == (8, 7)
+    assert out["train_valid_rate"] == pytest.approx(3 / 8) and out["train_format_error_rate"] == pytest.approx(2 / 8)
 
 
-def test_eta_is_the_mean_run_time_the_remaining_runs():
-    assert bench.eta_seconds([10.0, 20.0], 3) == 45.0
-    assert bench.eta_seconds([], 4) is None
+def arm(train: dict, eval_after: dict[str, list[float]], probe_after: dict[str, list[float]], step: str = "4") -> dict:
+    def point(per_state):
+        return {"per_state": per_state, "mean_reward": runs.mean_reward(evaluation(per_state)),
+                "vs_start": runs.compare(START, evaluation(per_state))}
+
+    return {"train": train, "checkpoints": {"2": {"eval": point({"a": [0.0]}), "probe": point({"a": [0.0]})},
+                                            step: {"eval": point(eval_after), "probe": point(probe_after)}}}
 
 
-def test_summarize_groups_runs_by_sampler_and_seed():
-    runs = [{"sampler": s, "seed": k, **{key: v for key, _ in bench.FIGURES}}
-            for s, k, v in (("uniform", 0, 0.5), ("learnability", 0, 0.75), ("uniform", 1, 0.25),
-                            ("learnability", 1, 0.25))]
-    samplers, difference = bench.summarize(runs)
-    for key, _ in bench.FIGURES:
-        assert samplers["uniform"][key]["mean"] == 0.375 and samplers["learnability"][key]["mean"] == 0.5
-        assert samplers["uniform"][key]["sem"] == pytest.approx(0.125)  # |0.5 - 0.25| / 2
-        assert difference[key]["per_seed"] == {"0": 0.25, "1": 0.0}
-        assert difference[key]["mean"] == 0.125 and difference[key]["sem"] == pytest.approx(0.125)
+def test_the_summary_by_hand():
+    same = {"a": [0.5], "b": [-0.2], "c": [0.5]}  # state means a 0.5, b -0.2, c 0.5 against START's a 0.5, b -0.2, c 0.5
+    done = {
+        "seed0": {"arms": {"uniform": arm({"frac_zero_std_groups": 0.5, "frac_groups_no_signal": 0.75}, same, same),
+                           "learnability": arm({"frac_zero_std_groups": 0.25, "frac_groups_no_signal": 0.5},
+                                               {"a": [0.7], "b": [0.1], "c": [0.5]}, same)}},
+        "seed1": {"arms": {"uniform": arm({"frac_zero_std_groups": 0.25, "frac_groups_no_signal": None}, same, same),
+                           "learnability": arm({"frac_zero_std_groups": 0.25, "frac_groups_no_signal": 0.5},
+                                               {"a": [0.5], "b": [0.3], "c": [0.5]}, same)}},
+    }
+    s = bench.summarize(done)
+    tied = s["samplers"]["uniform"]["frac_zero_std_groups"]
+    assert (tied["mean"], tied["sem"], tied["n"]) == (0.375, pytest.approx(0.125), 2)  # |0.5 - 0.25| / 2
+    assert s["difference"]["frac_zero_std_groups"]["per_seed"] == {"0": -0.25, "1": 0.0}
+    # a figure a run does not have (recorded before it existed) leaves its seed out of the pair
+    assert s["samplers"]["uniform"]["frac_groups_no_signal"]["n"] == 1
+    assert s["difference"]["frac_groups_no_signal"]["per_seed"] == {"0": -0.25}
+    # eval after - start at the LAST checkpoint (4, not 2): learnability seed0 (0.2 + 0.3 + 0) / 3, seed1
+    # (0 + 0.5 + 0) / 3, uniform 0 each; the difference 1/6 at both seeds
+    assert s["samplers"]["learnability"]["eval_vs_start"]["mean"] == pytest.approx(1 / 6, abs=1e-6)  # mean_sem rounds to 6 places
+    assert s["difference"]["eval_vs_start"]["diff"] == pytest.approx(1 / 6)
+    # by state, seeds pooled: learnability a [0.7, 0.5], b [0.1, 0.3], c [0.5, 0.5] against uniform's a 0.5,
+    # b -0.2, c 0.5 (twice): 0.1, 0.4, 0.0 -> 1/6 over 3 states
+    assert s["by_state"]["eval"]["diff"] == pytest.approx(1 / 6) and s["by_state"]["eval"]["n"] == 3
+    assert s["by_state"]["probe"]["diff"] == 0.0
+    t = bench.table(s)
+    assert [r[0] for r in t["rows"]] == [name for _, name in bench.FIGURES] + [
+        "eval tasks, by state (seeds pooled)", "probe, by state (seeds pooled)"]
+    assert all(len(r) == len(t["columns"]) for r in t["rows"])
+    assert t["rows"][0][1:3] == ["0.375 ± 0.125 (n=2)", "0.250 ± 0.000 (n=2)"]
+    empty = bench.summarize({})
+    assert empty["seeds"] == [] and bench.table(empty)["rows"][0][1] == "–"
 
 
-def sem(values):
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) / math.sqrt(len(values))
+def test_the_learnability_arm_is_learnings_grpo_run_config_for_config():
+    """What makes --reuse sound: with the cpu preset (which samples by learnability) learning.py's
+    grpo run of a seed and this benchmark's learnability run of it have one TrainConfig; the
+    uniform run differs in its sampler only."""
+    from mleforge.train.config import TrainConfig
+
+    args = SimpleNamespace(steps=32, evals=1, **{k: None for k in runs.SETTINGS})
+    shared = SimpleNamespace(sft="/w/sft", journals="/w/collect/runs")
+    base = TrainConfig.preset_config("cpu")
+    assert base.sampler.kind == "learnability"
+    grpo = learning.run_config(base, shared, args, 2, "grpo").to_dict()
+    assert runs.run_config(base, shared, args, 2, bench.ARMS["learnability"]).to_dict() == grpo
+    uniform = runs.run_config(base, shared, args, 2, bench.ARMS["uniform"]).to_dict()
+    assert uniform["sampler"]["kind"] == "uniform"
+    assert {k: v for k, v in uniform.items() if k != "sampler"} == {k: v for k, v in grpo.items() if k != "sampler"}
+    assert {k: v for k, v in uniform["sampler"].items() if k != "kind"} == \
+        {k: v for k, v in grpo["sampler"].items() if k != "kind"}
 
 
-ARGV = ("--tiny", "--tasks", "titanic", "--eval-tasks", "penguins", "--seeds", "2", "--steps", "1",
-        "--group-size", "2", "--expert-steps", "3", "--stepwise-states", "2", "--sft-steps", "1",
-        "--executor", "local", "--generation", "sampled-test", "--threads", "1")
+def fake_runs(monkeypatch, trained: list[str], fingerprint: dict | None = None):
+    """run_arms' heavy parts stood in for: the shared start, the states, the evaluations and the
+    runs (the bookkeeping around them is what is tested)."""
+    from mleforge.train.config import TrainConfig
+
+    def train_one(config, folder, registry, progress):
+        trained.append(folder.name)
+        return SimpleNamespace(final_model=str(folder / "final"))
+
+    shared = SimpleNamespace(executor=SimpleNamespace(close=lambda: None), sft="none", journals="j",
+                             start_spec="hf:start")
+    monkeypatch.setattr(runs, "base_config", lambda args, work: TrainConfig.preset_config("cpu", steps=args.steps))
+    monkeypatch.setattr(runs, "shared_start", lambda *a: shared)
+    monkeypatch.setattr(runs, "fingerprint", lambda s: fingerprint or {"warm_start_weights_sha256": "w"})
+    monkeypatch.setattr(runs, "held_apart_states", lambda *a, **k: ([SimpleNamespace(state_id=s) for s in "abc"], 0))
+    monkeypatch.setattr(runs, "eval_task_states", lambda *a: [SimpleNamespace(state_id=s) for s in "abc"])
+    monkeypatch.setattr(runs, "evaluate", lambda sh, spec, *a, **k: START if spec == "hf:start" else AFTER)
+    monkeypatch.setattr(runs, "train_figures", lambda folder: {"frac_zero_std_groups": 0.25, "rollouts": 8})
+    monkeypatch.setattr(runs, "train_one", train_one)
+
+
+FLAGS = ["--steps", "4", "--evals", "1", "--eval-seeds", "2", "--probe-states", "3"]
+
+
+def test_learnings_grpo_runs_are_reused_and_only_the_uniform_runs_are_trained(tmp_path, monkeypatch):
+    trained: list[str] = []
+    fake_runs(monkeypatch, trained)
+    made = tmp_path / "learning.json"
+    learning.run_learning(learning.build_parser().parse_args(
+        ["--out", str(made), "--work", str(tmp_path / "w"), *FLAGS, "--seeds", "1"]), registry=object(), progress=False,
+        argv=["learning.py"])
+    assert trained == ["grpo-seed0", "null-seed0"]
+
+    out = tmp_path / "curriculum_real.json"
+
+    def call(*more, seeds="2", reuse=made):
+        args = bench.build_parser().parse_args(["--out", str(out), "--work", str(tmp_path / "w2"), *FLAGS,
+                                                "--seeds", seeds, *(["--reuse", str(reuse)] if reuse else []), *more])
+        return bench.run_benchmark(args, registry=object(), progress=False, argv=["curriculum_real.py"])
+
+    data = call()
+    # seed 0's learnability run is learning.py's grpo run; seed 1 has none there: trained here
+    assert trained[2:] == ["uniform-seed0", "uniform-seed1", "learnability-seed1"]
+    reused = data["done"]["seed0"]["arms"]["learnability"]
+    assert reused["reused"]["arm"] == "grpo" and reused["reused"]["file"] == "learning.json"
+    assert reused["checkpoints"] == json.loads(made.read_text())["done"]["seed0"]["arms"]["grpo"]["checkpoints"]
+    assert "reused" not in data["done"]["seed1"]["arms"]["learnability"]
+    assert data["summary"]["difference"]["eval_vs_start"]["per_seed"] == {"0": 0.0, "1": 0.0}  # AFTER on each side
+    assert list(data)[:3] == ["benchmark", "meta", "table"]
+
+    # another learning.py file: its runs do not pair with these, refused with what differs
+    other = tmp_path / "other.json"
+    saved = json.loads(made.read_text())
+    saved["settings"]["steps"] = 8
+    other.write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=r"made with another settings \(steps: 8 then 4\)"):
+        call(seeds="3", reuse=other)
+    saved = json.loads(made.read_text())
+    saved["shared_start"] = {"warm_start_weights_sha256": "x"}
+    other.write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match="another shared_start"):
+        call(seeds="3", reuse=other)
+    with pytest.raises(ConfigError, match="needs at least 2"):
+        call(seeds="1")
+
+
+def test_a_reused_run_is_refused_where_the_base_does_not_sample_by_learnability():
+    data = {"settings": {"base": {"sampler": {"kind": "uniform"}}}}
+    with pytest.raises(ValueError, match="samples by 'uniform'"):
+        bench.check_reusable({"benchmark": "learning", **data}, data, Path("l.json"))
+    with pytest.raises(ValueError, match="holds benchmark 'grpo_sweep'"):
+        bench.check_reusable({"benchmark": "grpo_sweep"}, data, Path("l.json"))
+
+
+def test_a_reused_runs_figures_are_read_again_from_its_folder_only_where_they_agree(tmp_path, monkeypatch):
+    folder = tmp_path / "grpo-seed0"
+    stored = {"frac_zero_std_groups": 0.25, "rollouts": 8}
+    assert bench.reread_train(stored, folder) == stored  # no folder here: as stored
+    (folder / "rollouts").mkdir(parents=True)
+    monkeypatch.setattr(runs, "train_figures", lambda f: {**stored, "frac_groups_no_signal": 0.5})
+    assert bench.reread_train(stored, folder) == {**stored, "frac_groups_no_signal": 0.5}
+    monkeypatch.setattr(runs, "train_figures", lambda f: {**stored, "rollouts": 4, "frac_groups_no_signal": 0.5})
+    assert bench.reread_train(stored, folder) == stored  # another run in that folder: not taken
+
+
+ARGV = ("--tiny", "--tasks", "titanic", "--eval-tasks", "penguins", "--seeds", "2", "--steps", "1", "--evals", "1",
+        "--group-size", "2", "--expert-steps", "3", "--stepwise-states", "2", "--probe-states", "2", "--eval-seeds", "1",
+        "--sft-steps", "1", "--executor", "local", "--generation", "sampled-test", "--threads", "1")
 
 
 @pytest.mark.slow
 def test_the_benchmark_core_on_a_tiny_model(titanic, registry, tmp_path):
     """Real runs: the shared collect and SFT once, 2 seeds x 2 samplers x 1 GRPO step whose
-    rollouts execute real scripts (tests/train/engines.py's sampled engine), the step-wise
-    evaluation of the start and of each run on the same states; then again: nothing is redone."""
+    rollouts execute real scripts (tests/train/engines.py's sampled engine), the evaluation of
+    the start and of each run on the same states; then again: nothing is redone."""
     pytest.importorskip("trl")
     from tests.train import engines  # noqa: F401  (registers sampled-test)
 
-    work = tmp_path / "work"
-    args = bench.build_parser().parse_args([*ARGV, "--work", str(work)])
-    result = bench.run_benchmark(args, registry=registry, progress=False)
+    work, out = tmp_path / "work", tmp_path / "out.json"
+    args = bench.build_parser().parse_args([*ARGV, "--work", str(work), "--out", str(out)])
+    data = bench.run_benchmark(args, registry=registry, progress=False, argv=["curriculum_real.py"])
 
-    assert result["rollouts_per_run"] == 2 and result["simulation"] is False
-    assert result["config"]["tasks_resolved"] == ["titanic"] and result["config"]["eval_tasks_resolved"] == ["penguins"]
-    assert result["config"]["sft_resolved"] == str(work / "sft")  # every run starts from the one warm start
-    runs = result["runs"]
-    assert [(r["sampler"], r["seed"]) for r in runs] == [("uniform", 0), ("learnability", 0), ("uniform", 1),
-                                                         ("learnability", 1)]
-    for r in runs:
-        assert (r["steps"], r["rollouts"], r["groups"]) == (1, 2, 1)  # the same budget for each
-        folder = Path(r["run_dir"])
-        config = json.loads((folder / "run.json").read_text())
-        assert config["status"] == "done" and config["sampler"] == r["sampler"] and config["seed"] == r["seed"]
-        assert not (folder / "collect").exists() and not (folder / "sft").exists()  # shared, not per run
-        after = json.loads((work / "stepwise" / f"after-{r['sampler']}-seed{r['seed']}.json").read_text())
-        assert after["policy"] == f"hf:{folder / 'final'}"
-        assert r["eval_mean_reward"] == after["metrics"]["mean_reward"]["mean"]
-    start = json.loads((work / "stepwise" / "start.json").read_text())
-    assert start["policy"] == f"hf:{work / 'sft' / 'model'}" and start["tasks"] == ["penguins"]
-    assert [x["state_id"] for x in start["records"]] == [x["state_id"] for x in after["records"]]
-
-    # each figure: mean and SEM over the seeds' values (the hand formula), the difference paired
-    for key, _ in bench.FIGURES:
+    assert list(data["done"]) == ["seed0", "seed1"] and data["partial"] == {}
+    for key, entry in data["done"].items():
         for sampler in bench.SAMPLERS:
-            values = [r[key] for r in runs if r["sampler"] == sampler]
-            figure = result["samplers"][sampler][key]
-            assert figure["per_seed"] == {"0": values[0], "1": values[1]} and figure["n"] == 2
-            assert figure["mean"] == pytest.approx(sum(values) / 2)
-            assert figure["sem"] == pytest.approx(sem(values)) and figure["sem"] == pytest.approx(
-                abs(values[0] - values[1]) / 2)
-        diffs = [runs[i + 1][key] - runs[i][key] for i in (0, 2)]
-        assert result["difference"][key]["mean"] == pytest.approx(sum(diffs) / 2)
-        assert result["difference"][key]["sem"] == pytest.approx(sem(diffs))
-    # the sampled rollouts differ between seeds (seed 0 and 1 pick other scripts), so the check has teeth
-    assert any(result["samplers"][s][key]["sem"] > 0 for s in bench.SAMPLERS for key, _ in bench.FIGURES)
-    json.dumps(result)  # the JSON --out writes
-    comparison, runs_table = bench.tables(result)  # the tables main writes with it and prints
-    assert [row[0] for row in comparison["rows"]] == [name for _, name in bench.FIGURES]
-    assert [row[:2] for row in runs_table["rows"]] == [[r["sampler"], r["seed"]] for r in runs]
+            folder = work / "runs" / f"{sampler}-{key}"
+            config = json.loads((folder / "run.json").read_text())
+            assert config["status"] == "done" and config["sampler"] == sampler and config["seed"] == entry["seed"]
+            assert not (folder / "collect").exists() and not (folder / "sft").exists()  # shared, not per run
+            train = entry["arms"][sampler]["train"]
+            assert (train["rollouts"], train["groups"]) == (2, 1)  # the same budget for each
+            assert set(entry["arms"][sampler]["checkpoints"]["1"]["eval"]["per_state"]) == set(data["state_ids"]["eval"])
+    assert data["start_evaluations"]["eval"]["spec"] == f"hf:{work / 'sft' / 'model'}"
+    # each figure: the mean over the seeds' runs, the difference seed by seed
+    for key, _ in bench.FIGURES:
+        values = {s: [bench.run_values(data["done"][f"seed{k}"]["arms"][s])[key] for k in (0, 1)]
+                  for s in bench.SAMPLERS}
+        for s in bench.SAMPLERS:
+            kept = [v for v in values[s] if v is not None]
+            assert data["summary"]["samplers"][s][key]["n"] == len(kept)
+            if kept:
+                assert data["summary"]["samplers"][s][key]["mean"] == pytest.approx(sum(kept) / len(kept))
+    saved = json.loads(out.read_text())
+    assert saved["table"]["rows"][0][0] == "tied groups (frac)" and saved["summary"] == data["summary"]
 
     # again: every run is read back (its rollouts untouched), the figures are the same
     stamps = {p: p.stat().st_mtime_ns for p in work.glob("runs/*/rollouts/step-0.jsonl")}
-    again = bench.run_benchmark(args, registry=registry, progress=False)
+    again = bench.run_benchmark(args, registry=registry, progress=False, argv=["curriculum_real.py"])
     assert len(stamps) == 4 and all(p.stat().st_mtime_ns == t for p, t in stamps.items())
-    assert again["samplers"] == result["samplers"] and again["difference"] == result["difference"]
-    # other settings on the same --work are refused, with what changed
-    with pytest.raises(ConfigError, match=r"other settings \(different steps\)"):
-        bench.run_benchmark(bench.build_parser().parse_args([*ARGV, "--work", str(work), "--steps", "2"]),
-                            registry=registry, progress=False)
-    with pytest.raises(ConfigError, match="needs at least 2"):
-        bench.run_benchmark(bench.build_parser().parse_args([*ARGV, "--work", str(work), "--seeds", "1"]),
-                            registry=registry, progress=False)
+    assert again["summary"] == data["summary"]
+    with pytest.raises(ValueError, match=r"other settings \(base, steps\)"):
+        bench.run_benchmark(bench.build_parser().parse_args([*ARGV, "--work", str(work), "--out", str(out),
+                                                             "--steps", "2"]), registry=registry, progress=False)
 
 
 def test_the_shared_executor_is_the_one_mleforge_train_picks(monkeypatch, tmp_path):
@@ -171,7 +297,7 @@ def test_the_shared_executor_is_the_one_mleforge_train_picks(monkeypatch, tmp_pa
     picked = LocalExecutor(isolation="none")
     monkeypatch.setattr("mleforge.sandbox.make_executor",
                         lambda kind, **options: (asked.append(options) or picked) if kind == "auto" else None)
-    executor = bench.shared_executor(TrainConfig(sandbox={"executor": "auto", "isolation": "none"}), tmp_path)
+    executor = runs.shared_executor(TrainConfig(sandbox={"executor": "auto", "isolation": "none"}), tmp_path)
     try:
         assert isinstance(executor, CachingExecutor) and executor.inner is picked
         assert asked == [{"isolation": "none"}]

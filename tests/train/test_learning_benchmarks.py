@@ -341,7 +341,7 @@ def test_a_later_call_with_a_fresh_work_keeps_the_runs_evaluated_and_pairs_only_
     monkeypatch.setattr(runs, "eval_task_states", lambda *a: [SimpleNamespace(state_id=s) for s in "abc"])
     monkeypatch.setattr(runs, "evaluate", lambda sh, spec, *a, **k: made["start"] if spec == "hf:start" else AFTER)
     monkeypatch.setattr(runs, "train_figures", lambda folder: {"rollouts": 8})
-    monkeypatch.setattr(runs, "curriculum_real", lambda: SimpleNamespace(train_one=train_one))
+    monkeypatch.setattr(runs, "train_one", train_one)
     out = tmp_path / "learning.json"
 
     def call(work, seeds=1):
@@ -457,7 +457,7 @@ def test_a_shared_start_nothing_measured_depends_on_is_not_held_against_the_next
     monkeypatch.setattr(runs, "held_apart_states", lambda *a, **k: ([SimpleNamespace(state_id=s) for s in "abc"], 0))
     monkeypatch.setattr(runs, "eval_task_states", lambda *a: [SimpleNamespace(state_id=s) for s in "abc"])
     monkeypatch.setattr(runs, "evaluate", lambda sh, spec, *a, **k: made["start"])
-    monkeypatch.setattr(runs, "curriculum_real", lambda: SimpleNamespace(train_one=train_one))
+    monkeypatch.setattr(runs, "train_one", train_one)
     out = tmp_path / "learning.json"
 
     def call(work):

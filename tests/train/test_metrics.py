@@ -9,6 +9,8 @@ import pytest
 from mleforge.train.metrics import (
     component_means,
     entropy,
+    frac_no_signal_groups,
+    frac_no_valid_groups,
     frac_tied_groups,
     outcome_rates,
     reward_summary,
@@ -43,6 +45,15 @@ def test_tied_groups():
     assert frac_tied_groups([[None]]) is None
 
 
+def test_groups_with_no_valid_rollout_and_groups_with_no_signal():
+    outcomes = [["valid", "valid"], ["valid", "format_error"], ["format_error", "execution_error"], ["lost", "lost"]]
+    rewards = [[0.5, 0.5], [0.5, -0.3], [-0.3, -0.2], [None, None]]
+    assert frac_no_valid_groups(outcomes) == 0.5  # the failures' group and the lost one
+    # tied (group 0), untied failures (2), all lost (3: no scored reward, no valid rollout): 3 of 4
+    assert frac_no_signal_groups(rewards, outcomes) == 0.75
+    assert frac_no_valid_groups([]) is None and frac_no_signal_groups([], []) is None
+
+
 def test_entropy_in_nats():
     assert entropy([0.5, 0.5]) == pytest.approx(math.log(2))
     assert entropy([0.25] * 4) == pytest.approx(math.log(4))
@@ -65,4 +76,5 @@ def test_step_metrics():
     assert m.reward_std == pytest.approx(math.sqrt((0.575**2 + 0.125**2 + 2 * 0.225**2) / 4))
     assert (m.valid_rate, m.exec_error_rate, m.format_error_rate, m.lost_rate) == (0.2, 0.2, 0.4, 0.2)
     assert m.frac_zero_std_groups == 0.5  # group 1's scored rewards tie (-0.1, -0.1)
+    assert m.frac_no_valid_groups == 0.5 and m.frac_no_signal_groups == 0.5  # group 1: tied, and no valid rollout
     assert (m.tokens, m.cache_hits, m.reward_base_mean, m.reward_delta_mean) == (44, 1, 0.7, 0.28)

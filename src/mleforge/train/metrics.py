@@ -3,8 +3,12 @@
     outcome_rates     the share of each outcome among all the step's rollouts
     reward_summary    mean and population std (ddof 0) of the scored rewards
     component_means   each reward component's mean over the rollouts that have it
-    frac_tied_groups  the share of groups whose scored rewards all tie: zero advantage,
-                      the compute GRPO wastes (the figure the curriculum is judged by)
+    frac_tied_groups  the share of groups whose scored rewards all tie: zero advantage
+    frac_no_valid_groups   the share of groups none of whose rollouts wrote a valid submission
+    frac_no_signal_groups  the share of groups that are tied or have no valid rollout: the
+                      compute GRPO spends without learning anything of the task's metric (the
+                      reward orders failures, so a group of failures is rarely tied, yet its
+                      advantages only rank kinds of failure)
     entropy           of the sampler's distribution, in nats (ln |states| when uniform)
 """
 
@@ -55,6 +59,19 @@ def frac_tied_groups(groups: Sequence[Sequence[float | None]]) -> float | None:
     return sum(max(g) == min(g) for g in scored) / len(scored)
 
 
+def frac_no_valid_groups(outcomes: Sequence[Sequence[str]]) -> float | None:
+    """Groups (each its rollouts' outcomes) with no valid rollout, over all groups; None for none."""
+    return sum("valid" not in g for g in outcomes) / len(outcomes) if outcomes else None
+
+
+def frac_no_signal_groups(groups: Sequence[Sequence[float | None]], outcomes: Sequence[Sequence[str]]) -> float | None:
+    """Groups (their rewards, and their outcomes in the same order) that are tied or have no
+    valid rollout, over all groups; None for none."""
+    if not groups:
+        return None
+    return sum(frac_tied_groups([g]) == 1.0 or "valid" not in o for g, o in zip(groups, outcomes, strict=True)) / len(groups)
+
+
 def entropy(probabilities: Sequence[float]) -> float:
     return 0.0 - sum(p * math.log(p) for p in probabilities if p > 0)  # 0.0, not -0.0, for one state
 
@@ -73,14 +90,18 @@ def step_metrics(
     rollout_staleness: int = 0,
 ) -> StepMetrics:
     groups: dict[int, list[float | None]] = {}
+    outcomes: dict[int, list[str]] = {}
     for line in lines:
         groups.setdefault(line.group, []).append(line.reward)
+        outcomes.setdefault(line.group, []).append(line.outcome)
     mean, std = reward_summary([line.reward for line in lines])
     return StepMetrics(
         step=step, reward_mean=mean, reward_std=std,
         **component_means([line.components for line in lines]),
         **outcome_rates([line.outcome for line in lines]),
         frac_zero_std_groups=frac_tied_groups(list(groups.values())),
+        frac_no_valid_groups=frac_no_valid_groups(list(outcomes.values())),
+        frac_no_signal_groups=frac_no_signal_groups(list(groups.values()), [outcomes[g] for g in groups]),
         buffer_size=buffer_size, states_added=states_added, sampler_entropy=sampler_entropy,
         gen_s=round(gen_s, 3), exec_s=round(exec_s, 3), update_s=round(update_s, 3), sync_s=round(sync_s, 3),
         rollout_staleness=rollout_staleness,

@@ -60,7 +60,9 @@ class RolloutLine:
 class StepMetrics:
     """One step's figures (mleforge.train.metrics computes them). Rates are over every
     rollout of the step (they sum to 1 with lost_rate); reward figures over the scored
-    ones; frac_zero_std_groups over groups with a scored rollout; sampler_entropy is the
+    ones; frac_zero_std_groups over groups with a scored rollout; frac_no_valid_groups and
+    frac_no_signal_groups (tied or no valid rollout) over all groups (None in a run written
+    before they existed); sampler_entropy is the
     entropy (nats) of the sampler's distribution over the snapshot the step drew from;
     tokens: completion tokens generated; the seconds are wall time of generation, of the
     reward (parse, execute, grade), and of the rest of the step (loss, backward, optimizer);
@@ -92,6 +94,8 @@ class StepMetrics:
     cache_hits: int
     sync_s: float = 0.0
     rollout_staleness: int = 0
+    frac_no_valid_groups: float | None = None
+    frac_no_signal_groups: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -118,5 +118,6 @@ class FeedbackCallback(TrainerCallback):
         if self.progress is not None:
             reward = "-" if metrics.reward_mean is None else f"{metrics.reward_mean:.3f}"
             self.progress.set_figures(f"reward {reward}  valid {metrics.valid_rate:.0%}  "
-                                      f"buffer {metrics.buffer_size}  tied {metrics.frac_zero_std_groups}")
+                                      f"buffer {metrics.buffer_size}  tied {metrics.frac_zero_std_groups}  "
+                                      f"no signal {metrics.frac_no_signal_groups}")
         return metrics
