@@ -475,7 +475,9 @@ def frac_no_valid(groups: Mapping[Any, Sequence[str]]) -> float | None:
 def run_figures(lines: Sequence[Any]) -> dict[str, Any]:
     """A run's training figures from its rollouts, over the whole run; a group is a (step, group)
     pair; the group figures are mleforge.train.metrics' own: tied (zero advantage), with no
-    valid rollout, and either (`frac_groups_no_signal`: nothing learned of the metric)."""
+    valid rollout, and either (`frac_groups_no_signal`: nothing learned of the metric); and how
+    many distinct states the run drew, and the groups on a state an earlier group drew (a
+    sampler can only prefer a state by what its earlier groups showed)."""
     from mleforge.train.metrics import (
         frac_no_signal_groups,
         frac_tied_groups,
@@ -485,16 +487,24 @@ def run_figures(lines: Sequence[Any]) -> dict[str, Any]:
 
     rewards: dict[tuple[int, int], list[float | None]] = {}
     outcomes: dict[tuple[int, int], list[str]] = {}
+    states: dict[tuple[int, int], str] = {}
     for line in lines:
         rewards.setdefault((line.step, line.group), []).append(line.reward)
         outcomes.setdefault((line.step, line.group), []).append(line.outcome)
+        states[(line.step, line.group)] = line.state_id
+    seen: set[str] = set()
+    redrawn = 0
+    for group in sorted(states):  # in the order the run drew them
+        redrawn += states[group] in seen
+        seen.add(states[group])
     mean, _ = reward_summary([line.reward for line in lines])
     rates = outcome_rates([line.outcome for line in lines])
     return {"frac_zero_std_groups": frac_tied_groups(list(rewards.values())), "reward_per_rollout": mean,
             "rollouts": len(lines), "scored": sum(line.reward is not None for line in lines),
             "groups": len(rewards), "train_valid_rate": rates["valid_rate"],
             "train_format_error_rate": rates["format_error_rate"], "frac_groups_no_valid": frac_no_valid(outcomes),
-            "frac_groups_no_signal": frac_no_signal_groups(list(rewards.values()), list(outcomes.values()))}
+            "frac_groups_no_signal": frac_no_signal_groups(list(rewards.values()), list(outcomes.values())),
+            "states_drawn": len(seen), "frac_groups_redrawn": redrawn / len(states) if states else None}
 
 
 def train_figures(run_dir: Path) -> dict[str, Any]:

@@ -86,6 +86,10 @@ def test_run_figures_count_groups_per_step_and_which_carry_no_signal():
     assert out["reward_per_rollout"] == pytest.approx(0.5 / 7)
     assert (out["rollouts"], out["scored"]) == (8, 7)
     assert out["train_valid_rate"] == pytest.approx(3 / 8) and out["train_format_error_rate"] == pytest.approx(2 / 8)
+    assert out["states_drawn"] == 1 and out["frac_groups_redrawn"] == pytest.approx(3 / 4)  # every group on "s"
+    other = [line(0, 0, 0, 0.5, "valid"), line(1, 0, 0, 0.5, "valid")]
+    other[1] = RolloutLine(**{**other[1].to_dict(), "state_id": "t"})
+    assert runs.run_figures(other)["states_drawn"] == 2 and runs.run_figures(other)["frac_groups_redrawn"] == 0.0
 
 
 def arm(train: dict, eval_after: dict[str, list[float]], probe_after: dict[str, list[float]], step: str = "4") -> dict:
