@@ -622,14 +622,17 @@ def arm_settings(base: Any, args: Any) -> dict[str, Any]:
 def run_arms(args: Any, arms: Mapping[str, Mapping[str, Any]], *, benchmark: str,
              table_of: Callable[[Mapping[str, Any]], dict[str, Any]], registry: Any = None, progress: bool = True,
              argv: Sequence[str] | None = None,
-             reuse: Callable[[Results, str, str, Path], dict[str, Any] | None] | None = None) -> Results:
+             reuse: Any = None) -> Results:
     """For each training seed, a `mleforge train` run per arm (its TrainConfig changes), each kept
     in --out once evaluated (under PARTIAL until its seed's other arms are too), the seed's
     entry recorded when all are. A later call may have a fresh --work (another session: --out is
     all that is kept): it makes the shared start again and goes on only where it is the same,
     bit for bit (`shared_start`: `fingerprint`), and reuses the warm start's evaluation kept in
-    --out. `reuse(results, seed key, arm, work)` may return an arm's entry measured elsewhere
-    (the very same run in another results file) instead of training it."""
+    --out. `reuse` (curriculum_real.Reuse) may give runs measured elsewhere, the very same runs
+    in another results file: `reuse.check(results)` once the states are drawn (it refuses a
+    file that does not pair before anything is trained, and may put its warm-start evaluation
+    in `results`), then `reuse.entry(results, seed key, arm, work)`, an arm's entry or None.
+    The arms' changes are recorded in --out (`arms`) and fixed like the settings."""
     from mleforge.cli.output import err_console
     from mleforge.tasks.registry import TaskRegistry
 
@@ -657,6 +660,9 @@ def run_arms(args: Any, arms: Mapping[str, Mapping[str, Any]], *, benchmark: str
             raise ValueError("no evaluation states: name --eval-tasks the runs do not train on")
         eval_seeds = list(range(args.eval_seeds))
         results.fix("state_ids", {name: [s.state_id for s in states] for name, states in sets.items()})
+        results.fix("arms", arms)
+        if reuse is not None:
+            reuse.check(results)
         # The warm start's evaluation, kept in --out: a later call of the same shared start reuses it.
         starts = results.data.get(START_RECORDS) or {
             name: evaluate(shared, shared.start_spec, states, eval_seeds, work / "evals" / f"start-{name}.json")
@@ -674,7 +680,7 @@ def run_arms(args: Any, arms: Mapping[str, Mapping[str, Any]], *, benchmark: str
             finished = results.data.setdefault(PARTIAL, {}).setdefault(key, {})  # a run of it an earlier call evaluated
             for arm, changes in arms.items():
                 if arm not in finished and reuse is not None:
-                    found = reuse(results, key, arm, work)
+                    found = reuse.entry(results, key, arm, work)
                     if found is not None:
                         finished[arm] = found
                         results.write()

@@ -27,7 +27,9 @@ seeds each, paired by state against the warm start.
 start (its `settings`, `shared_start`, `state_ids` and warm-start evaluation equal this one's;
 refused otherwise, with what differs). The cpu preset samples by learnability, so learning.py's
 `grpo` run of a seed is this benchmark's `learnability` run of it, config for config: it is
-taken from there instead of trained again, marked `reused`. With the same --work as learning.py
+taken from there instead of trained again, marked `reused`, and so is the warm start's
+evaluation. A file that does not pair is refused before anything is trained; a seed it does
+not hold yet is trained here. With the same --work as learning.py
 the shared start is not made again either, and the reused run's training figures are read
 again from its folder (figures added since it was recorded, once they agree on the rest).
 
@@ -47,7 +49,8 @@ seeds - 1 degrees of freedom; mleforge.eval.paired):
     eval / probe           after - warm start, mean reward, at the last checkpoint
 
 and, by state, learnability - uniform on the evaluation tasks and on the probe, each state's
-values pooled over the seeds' runs. JSON to --out (benchmarks/_record.py's convention at every
+values pooled over the seeds' runs (an interval for these training seeds: the evaluation's
+noise only; the difference paired by seed is the test). JSON to --out (benchmarks/_record.py's convention at every
 write) and the table. The simulated comparison is benchmarks/curriculum.py.
 """
 
@@ -123,7 +126,9 @@ def paired_by_seed(uniform: Mapping[int, float | None], learnability: Mapping[in
 
 def by_state(done: Mapping[str, Any], name: str) -> dict[str, Any]:
     """learnability - uniform on a state set at the last checkpoint, paired by state, each
-    state's values pooled over the seeds' runs."""
+    state's values pooled over the seeds' runs. Its interval holds the evaluation's noise for
+    these training seeds, not the training's own: the difference paired by seed is the test
+    of the samplers, this one says on how many states it shows."""
     from mleforge.eval.paired import paired_difference
 
     pooled: dict[str, dict[str, list[float]]] = {}
@@ -138,12 +143,20 @@ def by_state(done: Mapping[str, Any], name: str) -> dict[str, Any]:
 
 
 def summarize(done: Mapping[str, Any]) -> dict[str, Any]:
-    """Per sampler, each figure over seeds; learnability - uniform paired by seed; and by state."""
+    """Per sampler, each figure over seeds; learnability - uniform paired by seed; and by state.
+    Each figure is taken over the seeds where both samplers' runs have it (a run recorded before
+    a figure existed has none), so that the two columns and their difference are of one set of
+    seeds."""
     seeds = sorted(done, key=lambda k: int(k.removeprefix("seed")))
     values = {sampler: {int(k.removeprefix("seed")): run_values(done[k]["arms"][sampler]) for k in seeds}
               for sampler in SAMPLERS}
     figure = {sampler: {key: {s: v[key] for s, v in values[sampler].items()} for key, _ in FIGURES}
               for sampler in SAMPLERS}
+    for key, _ in FIGURES:
+        paired = {s for s in figure["uniform"][key]
+                  if figure["uniform"][key][s] is not None and figure["learnability"][key][s] is not None}
+        for sampler in SAMPLERS:
+            figure[sampler][key] = {s: v for s, v in figure[sampler][key].items() if s in paired}
     return {"seeds": seeds,
             "samplers": {sampler: {key: over_seeds(figure[sampler][key]) for key, _ in FIGURES} for sampler in SAMPLERS},
             "difference": {key: paired_by_seed(figure["uniform"][key], figure["learnability"][key])
@@ -184,53 +197,73 @@ def results_table(data: Mapping[str, Any]) -> dict[str, Any]:
     for key, arms in sorted(data.get(shared_runs.PARTIAL, {}).items()):
         for arm, entry in arms.items():
             v = run_values(entry)
+            text = " / ".join("–" if v[k] is None else f"{v[k]:+.3f}" for k in ("eval_vs_start", "probe_vs_start"))
             shown["rows"].append([f"{arm}, {key} alone (its pair to come): eval / probe after - start",
-                                  "" if arm == "learnability" else f"{v['eval_vs_start']:+.3f} / {v['probe_vs_start']:+.3f}",
-                                  "" if arm == "uniform" else f"{v['eval_vs_start']:+.3f} / {v['probe_vs_start']:+.3f}",
-                                  ""])
+                                  text if arm == "uniform" else "", text if arm == "learnability" else "", ""])
     return shown
 
 
 # --- reusing learning.py's runs ---------------------------------------------------------------------
 
 
-def reuser(path: Path | None) -> Any:
+class Reuse:
     """`run_arms`' reuse: learning.py's `grpo` run of a seed as this benchmark's `learnability`
-    run, from a results file of the same settings and shared start (read at each call: the
-    file may gain seeds while this benchmark runs). None where no --reuse is given."""
-    if path is None:
-        return None
+    run, from a results file of the same settings and shared start. The file is read at each
+    call: it may gain seeds while this benchmark runs."""
 
-    def reuse(results: Any, key: str, arm: str, work: Path) -> dict[str, Any] | None:
+    def __init__(self, path: Path, progress: bool = True):
+        self.path, self.progress = Path(path), progress
+
+    def saved(self) -> dict[str, Any]:
+        if not self.path.is_file():
+            raise ValueError(f"--reuse {self.path}: no such file (a learning.py results file)")
+        return json.loads(self.path.read_text(encoding="utf-8"))
+
+    def check(self, results: Any) -> None:
+        """Before any run: refused unless the file pairs with this benchmark (the same settings,
+        shared start and states); where this --out has no warm-start evaluation yet, the
+        file's is taken, so that both pair with one evaluation of the warm start (and none is
+        sampled again)."""
+        saved = self.saved()
+        check_reusable(saved, results.data, self.path, keys=("settings", "shared_start", "state_ids"))
+        if shared_runs.START_RECORDS not in results.data and shared_runs.START_RECORDS in saved:
+            results.data[shared_runs.START_RECORDS] = saved[shared_runs.START_RECORDS]
+
+    def entry(self, results: Any, key: str, arm: str, work: Path) -> dict[str, Any] | None:
         if arm != REUSED_ARM[0]:
             return None
-        if not path.is_file():
-            raise ValueError(f"--reuse {path}: no such file (a learning.py results file)")
-        saved = json.loads(path.read_text(encoding="utf-8"))
-        check_reusable(saved, results.data, path)
+        saved = self.saved()
+        check_reusable(saved, results.data, self.path)
         entry = saved.get("done", {}).get(key, {}).get("arms", {}).get(REUSED_ARM[1]) or \
             saved.get(shared_runs.PARTIAL, {}).get(key, {}).get(REUSED_ARM[1])
+        if self.progress:
+            from mleforge.cli.output import err_console
+
+            err_console.print(f"{arm} {key}: " + (f"learning.py's {REUSED_ARM[1]} run, from {self.path}" if entry
+                                                   else f"not in {self.path} yet: trained here"), highlight=False)
         if entry is None:
             return None
         entry = copy.deepcopy(entry)
         entry["train"] = reread_train(entry["train"], work / "runs" / f"{REUSED_ARM[1]}-{key}")
-        entry["reused"] = {"file": path.name, "benchmark": "learning", "arm": REUSED_ARM[1],
+        entry["reused"] = {"file": self.path.name, "benchmark": "learning", "arm": REUSED_ARM[1],
                            "measured_by": saved.get("meta", {}).get("commit")}
         return entry
 
-    return reuse
 
-
-def check_reusable(saved: Mapping[str, Any], data: Mapping[str, Any], path: Path) -> None:
+def check_reusable(saved: Mapping[str, Any], data: Mapping[str, Any], path: Path,
+                   keys: Sequence[str] = ("settings", "shared_start", "state_ids", "start")) -> None:
     """Refused unless `saved` (a learning.py file) holds runs of this benchmark's config: the same
-    settings, shared start, states and warm-start evaluation, and a base that samples by
-    learnability (learning.py's grpo run keeps the preset's sampler)."""
+    `keys` (settings, shared start, states, warm-start evaluation), a `grpo` arm that changes
+    nothing, and a base that samples by learnability (so the grpo run keeps that sampler)."""
     if saved.get("benchmark") != "learning":
         raise ValueError(f"--reuse {path}: holds benchmark {saved.get('benchmark')!r}, not learning.py's")
     if data["settings"]["base"]["sampler"]["kind"] != REUSED_ARM[0]:
         raise ValueError(f"--reuse {path}: the base config samples by {data['settings']['base']['sampler']['kind']!r}, "
                          "so learning.py's grpo runs are not learnability runs")
-    for key in ("settings", "shared_start", "state_ids", "start"):
+    if saved.get("arms", {REUSED_ARM[1]: {}}).get(REUSED_ARM[1]) != {}:
+        raise ValueError(f"--reuse {path}: its {REUSED_ARM[1]} arm changes the config "
+                         f"({saved['arms'].get(REUSED_ARM[1])}): not the base's learnability run")
+    for key in keys:
         if saved.get(key) != data.get(key):
             raise ValueError(f"--reuse {path}: made with another {key} "
                              f"({shared_runs.differences(saved.get(key), data.get(key))}); its runs do not pair "
@@ -256,8 +289,9 @@ def run_benchmark(args: argparse.Namespace, *, registry: Any = None, progress: b
     if args.seeds < 2:
         raise ConfigError(f"--seeds: got {args.seeds}; a difference paired by seed needs at least 2 (3 or more for "
                           "a figure worth reporting)")
+    reuse = None if args.reuse is None else Reuse(args.reuse, progress)
     results = shared_runs.run_arms(args, ARMS, benchmark="curriculum_real", table_of=results_table, registry=registry,
-                                   progress=progress, argv=argv, reuse=reuser(args.reuse))
+                                   progress=progress, argv=argv, reuse=reuse)
     results.write(summary=summarize(results.done))
     return results.data
 

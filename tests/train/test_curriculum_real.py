@@ -55,8 +55,6 @@ def test_the_difference_is_paired_by_seed_with_a_t_interval():
     assert (out["ci_low"], out["ci_high"]) == (pytest.approx(0.25 - 0.6210344, abs=1e-6),
                                                pytest.approx(0.25 + 0.6210344, abs=1e-6))
     assert out["per_seed"] == {"0": 0.25, "1": 0.0, "2": 0.5} and (out["up"], out["tied"]) == (2, 1)
-    # not the unpaired SE: hypot(SEM_u, SEM_l) = hypot(0.1443376, 0.1443376) = 0.2041241
-    assert out["se"] != pytest.approx(0.2041241, abs=1e-4)
     # only seeds both samplers have a value for: seed 1 (a None) and seed 2 (uniform only) drop out
     out = bench.paired_by_seed({0: 0.5, 1: 0.25, 2: 0.0, 3: 1.0}, {0: 0.75, 1: None, 3: 0.5})
     assert out["per_seed"] == {"0": 0.25, "3": -0.5} and out["diff"] == pytest.approx(-0.125)
@@ -115,8 +113,10 @@ def test_the_summary_by_hand():
     tied = s["samplers"]["uniform"]["frac_zero_std_groups"]
     assert (tied["mean"], tied["sem"], tied["n"]) == (0.375, pytest.approx(0.125), 2)  # |0.5 - 0.25| / 2
     assert s["difference"]["frac_zero_std_groups"]["per_seed"] == {"0": -0.25, "1": 0.0}
-    # a figure a run does not have (recorded before it existed) leaves its seed out of the pair
-    assert s["samplers"]["uniform"]["frac_groups_no_signal"]["n"] == 1
+    # a figure a run does not have (recorded before it existed) leaves its seed out of both columns and the pair
+    assert s["samplers"]["uniform"]["frac_groups_no_signal"]["n"] == s["samplers"]["learnability"][
+        "frac_groups_no_signal"]["n"] == 1
+    assert s["samplers"]["learnability"]["frac_groups_no_signal"]["per_seed"] == {"0": 0.5}
     assert s["difference"]["frac_groups_no_signal"]["per_seed"] == {"0": -0.25}
     # eval after - start at the LAST checkpoint (4, not 2): learnability seed0 (0.2 + 0.3 + 0) / 3, seed1
     # (0 + 0.5 + 0) / 3, uniform 0 each; the difference 1/6 at both seeds
@@ -133,6 +133,10 @@ def test_the_summary_by_hand():
     assert t["rows"][0][1:3] == ["0.375 ± 0.125 (n=2)", "0.250 ± 0.000 (n=2)"]
     empty = bench.summarize({})
     assert empty["seeds"] == [] and bench.table(empty)["rows"][0][1] == "–"
+    # a run whose seed's other run is still to come: a row of its own, in its sampler's column
+    alone = {"done": done, "partial": {"seed2": {"uniform": arm({}, same, {"a": [0.7], "b": [-0.2], "c": [0.5]})}}}
+    row = bench.results_table(alone)["rows"][-1]
+    assert row == ["uniform, seed2 alone (its pair to come): eval / probe after - start", "+0.000 / +0.067", "", ""]
 
 
 def test_the_learnability_arm_is_learnings_grpo_run_config_for_config():
@@ -170,7 +174,11 @@ def fake_runs(monkeypatch, trained: list[str], fingerprint: dict | None = None):
     monkeypatch.setattr(runs, "fingerprint", lambda s: fingerprint or {"warm_start_weights_sha256": "w"})
     monkeypatch.setattr(runs, "held_apart_states", lambda *a, **k: ([SimpleNamespace(state_id=s) for s in "abc"], 0))
     monkeypatch.setattr(runs, "eval_task_states", lambda *a: [SimpleNamespace(state_id=s) for s in "abc"])
-    monkeypatch.setattr(runs, "evaluate", lambda sh, spec, *a, **k: START if spec == "hf:start" else AFTER)
+    def evaluate(sh, spec, *a, **k):  # the start and the uniform runs as START, the others as AFTER
+        trained.append("evaluate start") if spec == "hf:start" else None
+        return START if spec == "hf:start" or "uniform" in spec else AFTER
+
+    monkeypatch.setattr(runs, "evaluate", evaluate)
     monkeypatch.setattr(runs, "train_figures", lambda folder: {"frac_zero_std_groups": 0.25, "rollouts": 8})
     monkeypatch.setattr(runs, "train_one", train_one)
 
@@ -185,39 +193,69 @@ def test_learnings_grpo_runs_are_reused_and_only_the_uniform_runs_are_trained(tm
     learning.run_learning(learning.build_parser().parse_args(
         ["--out", str(made), "--work", str(tmp_path / "w"), *FLAGS, "--seeds", "1"]), registry=object(), progress=False,
         argv=["learning.py"])
-    assert trained == ["grpo-seed0", "null-seed0"]
-
+    assert trained == ["evaluate start", "evaluate start", "grpo-seed0", "null-seed0"]  # eval, probe
+    assert json.loads(made.read_text())["arms"] == {"grpo": {}, "null": {"shuffle_rewards": True}}
+    del trained[:]
     out = tmp_path / "curriculum_real.json"
 
-    def call(*more, seeds="2", reuse=made):
-        args = bench.build_parser().parse_args(["--out", str(out), "--work", str(tmp_path / "w2"), *FLAGS,
+    def call(*more, seeds="2", reuse=made, to=out):
+        args = bench.build_parser().parse_args(["--out", str(to), "--work", str(tmp_path / "w2"), *FLAGS,
                                                 "--seeds", seeds, *(["--reuse", str(reuse)] if reuse else []), *more])
         return bench.run_benchmark(args, registry=object(), progress=False, argv=["curriculum_real.py"])
 
     data = call()
-    # seed 0's learnability run is learning.py's grpo run; seed 1 has none there: trained here
-    assert trained[2:] == ["uniform-seed0", "uniform-seed1", "learnability-seed1"]
+    # seed 0's learnability run is learning.py's grpo run; seed 1 has none there: trained here. The warm
+    # start's evaluation is the file's (not sampled again), so both pair with one evaluation of it.
+    assert trained == ["uniform-seed0", "uniform-seed1", "learnability-seed1"]
+    assert data["start_evaluations"] == json.loads(made.read_text())["start_evaluations"]
     reused = data["done"]["seed0"]["arms"]["learnability"]
     assert reused["reused"]["arm"] == "grpo" and reused["reused"]["file"] == "learning.json"
     assert reused["checkpoints"] == json.loads(made.read_text())["done"]["seed0"]["arms"]["grpo"]["checkpoints"]
     assert "reused" not in data["done"]["seed1"]["arms"]["learnability"]
-    assert data["summary"]["difference"]["eval_vs_start"]["per_seed"] == {"0": 0.0, "1": 0.0}  # AFTER on each side
+    # learnability's runs evaluate as AFTER, uniform's as START: +1/6 a seed (by hand in the summary test)
+    d = data["summary"]["difference"]["eval_vs_start"]
+    assert d["per_seed"] == {"0": pytest.approx(1 / 6), "1": pytest.approx(1 / 6)} and d["n"] == 2
+    assert data["summary"]["by_state"]["eval"]["diff"] == pytest.approx(1 / 6)
     assert list(data)[:3] == ["benchmark", "meta", "table"]
 
-    # another learning.py file: its runs do not pair with these, refused with what differs
-    other = tmp_path / "other.json"
+    # a learning.py file whose runs do not pair with these: refused before anything is trained, with what differs
     saved = json.loads(made.read_text())
-    saved["settings"]["steps"] = 8
-    other.write_text(json.dumps(saved))
-    with pytest.raises(ValueError, match=r"made with another settings \(steps: 8 then 4\)"):
-        call(seeds="3", reuse=other)
-    saved = json.loads(made.read_text())
-    saved["shared_start"] = {"warm_start_weights_sha256": "x"}
-    other.write_text(json.dumps(saved))
-    with pytest.raises(ValueError, match="another shared_start"):
-        call(seeds="3", reuse=other)
+    for key, value, message in (("settings", {**saved["settings"], "steps": 8}, r"another settings \(steps: 8 then 4\)"),
+                                ("shared_start", {"warm_start_weights_sha256": "x"}, "another shared_start"),
+                                ("state_ids", {**saved["state_ids"], "eval": ["a", "b"]}, "another state_ids"),
+                                ("arms", {"grpo": {"lr": 1e-5}}, "its grpo arm changes the config")):
+        other = tmp_path / f"other-{key}.json"
+        other.write_text(json.dumps({**saved, key: value}))
+        with pytest.raises(ValueError, match=message):
+            call(seeds="3", reuse=other, to=tmp_path / f"cr-{key}.json")
+    assert trained == ["uniform-seed0", "uniform-seed1", "learnability-seed1"]  # nothing more
     with pytest.raises(ConfigError, match="needs at least 2"):
         call(seeds="1")
+
+    # a run of learning.py's still waiting for its pair (under "partial") is reused too
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({**saved, "done": {}, "partial": {"seed0": saved["done"]["seed0"]["arms"]}}))
+    del trained[:]
+    data = call(reuse=partial, to=tmp_path / "cr-partial.json")
+    assert trained == ["uniform-seed0", "uniform-seed1", "learnability-seed1"]
+    assert data["done"]["seed0"]["arms"]["learnability"]["reused"]["file"] == "partial.json"
+
+
+def test_the_committed_learning_record_continues_under_this_code():
+    """benchmarks/results/learning.json was begun by an earlier commit and is continued session by
+    session: its own command, parsed by this code, must make the very settings it holds (else
+    the next call refuses it) and the table it shows."""
+    from tests.benchmark_module import ROOT
+
+    path = ROOT / "benchmarks" / "results" / "learning.json"
+    data = json.loads(path.read_text())
+    command = data["meta"]["command"].split()
+    args = learning.build_parser().parse_args(command[command.index("benchmarks/learning.py") + 1:])
+    work = Path(args.work).resolve()
+    settings = runs.portable(json.loads(json.dumps(runs.arm_settings(runs.base_config(args, work), args),
+                                                   default=str)), work)
+    assert settings == data["settings"]
+    assert learning.results_table(data) == data["table"]
 
 
 def test_a_reused_run_is_refused_where_the_base_does_not_sample_by_learnability():

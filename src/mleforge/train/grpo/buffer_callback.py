@@ -54,6 +54,11 @@ def rollout_line(r: Rollout) -> RolloutLine:
     )
 
 
+def share(value: float | None) -> str:
+    """A fraction on the progress line: two decimals, "-" where the step has none."""
+    return "-" if value is None else f"{value:.2f}"
+
+
 def append_line(path: Path, data: dict[str, Any]) -> None:
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(data) + "\n")
@@ -118,6 +123,6 @@ class FeedbackCallback(TrainerCallback):
         if self.progress is not None:
             reward = "-" if metrics.reward_mean is None else f"{metrics.reward_mean:.3f}"
             self.progress.set_figures(f"reward {reward}  valid {metrics.valid_rate:.0%}  "
-                                      f"buffer {metrics.buffer_size}  tied {metrics.frac_zero_std_groups}  "
-                                      f"no signal {metrics.frac_no_signal_groups}")
+                                      f"buffer {metrics.buffer_size}  tied {share(metrics.frac_zero_std_groups)}  "
+                                      f"no signal {share(metrics.frac_no_signal_groups)}")
         return metrics
