@@ -36,7 +36,12 @@ beat it, not just 0 (learning.py measures training-seed variance properly, over 
 
 Resumable: each configuration's entry is appended to --out when it finishes and skipped when
 present; a run cut short is continued by the trainer's own resume; evaluations are kept per
-sampling seed in <work>/evals/. `--configs` runs a subset (a later call does the rest).
+sampling seed in <work>/evals/, and each finished one in --out (`evaluations`: state, reward
+and headroom per seed), which is what the comparisons read. So a later call (another session)
+may have a fresh --work, as for benchmarks/learning.py: it makes the shared start again and
+goes on only where it is the same bit for bit (`shared_start`). A record from before the
+evaluations were kept in --out continues in its own --work only. `--configs` runs a subset (a
+later call does the rest).
 """
 
 from __future__ import annotations
@@ -75,6 +80,7 @@ CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 SEED_OFFSET = {NULL: 1}  # a configuration's training seed: --train-seed plus this
 START = "start"  # the warm start's validation evaluation
+EVALUATIONS = "evaluations"  # {configuration or START: its validation evaluation, compact}
 
 
 def selected(names: str | None) -> list[tuple[str, dict[str, Any]]]:
@@ -174,16 +180,24 @@ def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool 
         TrainConfig.from_dict({**base.to_dict(), **changes, "steps": steps[name]})
     results = shared_runs.Results(args.out, "grpo_sweep", {
         "base": base.to_dict(), "groups": args.groups, "val_states": args.val_states, "val_seeds": args.val_seeds,
-        "train_seed": args.train_seed, "journals": args.journals}, lambda data: table(data["done"]), argv)
-    # Its config - base comparisons read the evaluations under --work: continued in that folder only.
-    results.fix("work", str(work), " folder (the evaluations each configuration is compared with are there)")
+        "train_seed": args.train_seed, "journals": args.journals}, lambda data: table(data["done"]), argv, work=work)
+    if "work" in results.data and EVALUATIONS not in results.data:
+        # A record from before the evaluations were kept in it: they are under its --work only.
+        results.fix("work", str(work), " folder (the evaluations each configuration is compared with are there)")
     started = time.perf_counter()
     shared = shared_runs.shared_start(base, args, work, registry, progress)
     try:
+        if not results.done:  # nothing measured depends on the shared start yet: this call's counts
+            for key in ("shared_start", EVALUATIONS):
+                results.data.pop(key, None)
+        results.fix("shared_start", shared_runs.fingerprint(shared),
+                    " (a warm start or buffer seed states made otherwise: another machine, library or commit)")
         states, dropped = shared_runs.held_apart_states(shared, work, args.val_states, args.eval_seed, progress)
         seeds = list(range(args.val_seeds))
         results.fix("validation_states", [s.state_id for s in states])
-        start = shared_runs.evaluate(shared, shared.start_spec, states, seeds, work / "evals" / f"{START}.json")
+        start = evaluation_of(results, work, START, states, seeds) or shared_runs.evaluate(
+            shared, shared.start_spec, states, seeds, work / "evals" / f"{START}.json")
+        keep(results, START, start)
         results.write(validation={"states": [s.state_id for s in states], "dropped_as_buffer_seeds": dropped,
                                   "seeds": seeds, "start_mean_reward": shared_runs.mean_reward(start)})
         todo = results.pending(name for name, _ in configs)
@@ -200,7 +214,8 @@ def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool 
             gc.collect()
             after = shared_runs.evaluate(shared, f"hf:{result.final_model}", states, seeds,
                                          work / "evals" / f"{folder.name}.json", changes.get("max_new_tokens"))
-            base_after = after if name == "base" else _base_after(work, states, seeds)
+            keep(results, name, after)
+            base_after = after if name == "base" else evaluation_of(results, work, "base", states, seeds)
             results.record(name, entry_of(name, changes, steps[name], start, after, base_after,
                                           shared_runs.train_figures(folder), time.perf_counter() - run_started))
             gc.collect()
@@ -213,28 +228,36 @@ def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool 
 
 def fill_vs_base(results: Any, work: Path, states: list[Any], seeds: list[int]) -> None:
     """config - base for the entries finished before the base was (a --configs subset)."""
-    import json
-
-    base_after = _base_after(work, states, seeds)
+    base_after = evaluation_of(results, work, "base", states, seeds)
     for name, entry in results.done.items():
-        path = work / "evals" / f"{name.replace('/', '-per-')}.json"
-        if entry.get("vs_base") is None and base_after is not None and path.is_file():
-            after = json.loads(path.read_text(encoding="utf-8"))
+        after = evaluation_of(results, work, name)
+        if entry.get("vs_base") is None and base_after is not None and after is not None:
             entry["vs_base"] = {"all": shared_runs.compare(base_after, after),
                                 "headroom": shared_runs.compare(base_after, after, headroom_only=True)}
             results.record(name, entry)
 
 
-def _base_after(work: Path, states: list[Any], seeds: list[int]) -> dict[str, Any] | None:
-    """The base configuration's validation evaluation, where it is finished (else None)."""
+def keep(results: Any, name: str, evaluation: Mapping[str, Any]) -> None:
+    """A configuration's (or the warm start's) validation evaluation, kept in --out (state,
+    reward, headroom per sampling seed): the comparisons of a later call read it there, so that
+    a later session continues the sweep from --out alone."""
+    results.data.setdefault(EVALUATIONS, {})[name] = shared_runs.compact(evaluation)
+
+
+def evaluation_of(results: Any, work: Path, name: str, states: list[Any] | None = None,
+                  seeds: list[int] | None = None) -> dict[str, Any] | None:
+    """A configuration's validation evaluation: kept in --out, else (a record from before they
+    were kept) its file under --work; None where it is not finished (every seed of `seeds` on
+    `states`, where given)."""
     import json
 
-    path = work / "evals" / "base.json"
-    if not path.is_file():
+    data = results.data.get(EVALUATIONS, {}).get(name)
+    path = work / "evals" / f"{name.replace('/', '-per-')}.json"
+    if data is None and path.is_file():
+        data = json.loads(path.read_text(encoding="utf-8"))
+    if data is None or states is not None and data.get("states") != [s.state_id for s in states]:
         return None
-    data = json.loads(path.read_text(encoding="utf-8"))
-    ok = data.get("states") == [s.state_id for s in states] and all(str(s) in data["seeds"] for s in seeds)
-    return data if ok else None
+    return data if seeds is None or all(str(s) in data["seeds"] for s in seeds) else None
 
 
 def build_parser() -> argparse.ArgumentParser:

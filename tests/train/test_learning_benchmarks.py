@@ -473,3 +473,57 @@ def test_a_shared_start_nothing_measured_depends_on_is_not_held_against_the_next
     saved = json.loads(out.read_text())
     assert saved["shared_start"] == {"warm_start_weights_sha256": "new"}
     assert saved["start"]["eval"]["per_state"] == runs.per_state(AFTER)  # sampled again: nothing depended on it
+
+
+def test_the_sweep_continues_from_out_alone_with_the_same_shared_start(tmp_path, monkeypatch):
+    """grpo_sweep keeps each validation evaluation in --out: a later call with a fresh --work (another
+    session) compares its configurations with the base evaluated by an earlier one; another shared
+    start is refused, and a record from before the evaluations were kept continues in its --work only."""
+    from mleforge.train.config import TrainConfig
+
+    other = evaluation({"a": [0.5, 0.7], "b": [0.3, 0.3], "c": [0.5, 0.5]}, headroom={"c": False})
+    trained, made = [], {"fingerprint": {"warm_start_weights_sha256": "w"}}
+
+    def train_one(config, folder, registry, progress):
+        trained.append(folder.name)
+        return SimpleNamespace(final_model=str(folder / "final"))
+
+    def evaluate(shared, spec, states, seeds, path, max_new_tokens=None):
+        trained.append(f"evaluate {spec.split('/')[-2] if '/' in spec else spec}")
+        return {"hf:start": START}.get(spec) or (AFTER if "/base/" in spec else other)
+
+    shared = SimpleNamespace(executor=SimpleNamespace(close=lambda: None), sft="none", journals="j",
+                             start_spec="hf:start")
+    monkeypatch.setattr(runs, "base_config", lambda args, work: TrainConfig())
+    monkeypatch.setattr(runs, "shared_start", lambda *a: shared)
+    monkeypatch.setattr(runs, "fingerprint", lambda s: made["fingerprint"])
+    monkeypatch.setattr(runs, "held_apart_states", lambda *a, **k: ([SimpleNamespace(state_id=s) for s in "abc"], 0))
+    monkeypatch.setattr(runs, "evaluate", evaluate)
+    monkeypatch.setattr(runs, "train_figures", lambda folder: {"rollouts": 8})
+    monkeypatch.setattr(runs, "train_one", train_one)
+    out = tmp_path / "sweep.json"
+
+    def call(work, configs):
+        args = sweep.build_parser().parse_args(["--out", str(out), "--work", str(tmp_path / work), "--groups", "4",
+                                                "--val-states", "3", "--val-seeds", "2", "--configs", configs])
+        return sweep.run_sweep(args, registry=object(), progress=False, argv=["grpo_sweep.py"])
+
+    call("w1", "base")
+    assert trained == ["evaluate hf:start", "base", "evaluate base"]
+    data = call("w2", "lr=1e-5")  # another session: a fresh --work
+    assert trained[3:] == ["lr=1e-5", "evaluate lr=1e-5"]  # the warm start and the base: read from --out
+    assert data["done"]["lr=1e-5"]["vs_base"]["all"] == runs.compare(AFTER, other)
+    assert data["done"]["lr=1e-5"]["vs_start"]["all"] == runs.compare(START, other)
+    assert set(data["evaluations"]) == {"start", "base", "lr=1e-5"}
+
+    made["fingerprint"] = {"warm_start_weights_sha256": "other"}
+    with pytest.raises(ValueError, match="another shared_start"):
+        call("w3", "lr=5e-6")
+    assert "lr=5e-6" not in trained
+
+    saved = json.loads(out.read_text())  # as a record from before: its evaluations in its --work only
+    del saved["evaluations"]
+    out.write_text(json.dumps({**saved, "work": str(tmp_path / "w1")}))
+    made["fingerprint"] = {"warm_start_weights_sha256": "w"}
+    with pytest.raises(ValueError, match="another work folder"):
+        call("w4", "lr=5e-6")
