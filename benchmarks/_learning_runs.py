@@ -508,8 +508,33 @@ def run_figures(lines: Sequence[Any]) -> dict[str, Any]:
 
 
 def train_figures(run_dir: Path) -> dict[str, Any]:
-    """`run_figures` of a run folder's rollouts."""
-    return run_figures(read_rollouts(run_dir))
+    """`run_figures` of a run folder's rollouts, and `success_figures` of its buffer."""
+    return {**run_figures(read_rollouts(run_dir)), **success_figures(run_dir / BUFFER_FILE)}
+
+
+BUFFER_FILE = "buffer.sqlite"
+
+
+def success_figures(path: Path) -> dict[str, Any]:
+    """From a run's buffer (its `events`: one per rollout recorded, with the curriculum's own
+    success flag, mleforge.curriculum.learnability.is_success): the groups whose rollouts
+    partly succeed (some, not all: the groups the Learnability Potential L predicts, its
+    1 - E[p^G] - E[(1 - p)^G]) and those none of whose rollouts succeeds. A group is a (step,
+    state) pair: a step draws its states without replacement. {} where there is no buffer."""
+    import sqlite3
+    from contextlib import closing
+
+    if not path.is_file():
+        return {}
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        rows = conn.execute("SELECT step, state_id, success FROM events").fetchall()
+    groups: dict[tuple[int, str], list[int]] = {}
+    for step, state_id, success in rows:
+        groups.setdefault((step, state_id), []).append(int(success))
+    if not groups:
+        return {"frac_groups_mixed_success": None, "frac_groups_no_success": None}
+    return {"frac_groups_mixed_success": sum(0 < sum(g) < len(g) for g in groups.values()) / len(groups),
+            "frac_groups_no_success": sum(sum(g) == 0 for g in groups.values()) / len(groups)}
 
 
 def add_shared_flags(p: Any) -> None:

@@ -44,6 +44,9 @@ seeds - 1 degrees of freedom; mleforge.eval.paired):
     frac_groups_no_signal  groups tied or with no valid rollout: nothing learned of the metric
     reward_per_rollout     the mean reward of the run's scored rollouts
     train_valid_rate       rollouts whose script wrote a valid submission
+    frac_groups_mixed_success  groups some but not all of whose rollouts succeed (the curriculum's
+                           own success: a valid submission, and for an improve state one that
+                           beats it): what the Learnability Potential's L predicts and steers to
     frac_groups_redrawn    groups on a state an earlier group of the run drew: a sampler can
                            prefer a state only by what its earlier groups showed
     eval / probe           after - warm start, mean reward, at the last checkpoint
@@ -82,6 +85,7 @@ TRAIN_FIGURES = (
     ("frac_groups_no_signal", "groups tied or with no valid rollout (frac)"),
     ("reward_per_rollout", "reward / rollout"),
     ("train_valid_rate", "valid rate (training)"),
+    ("frac_groups_mixed_success", "groups partly successful (frac)"),
     ("frac_groups_redrawn", "groups on a state drawn before (frac)"),
 )
 EVAL_FIGURES = (

@@ -90,6 +90,20 @@ def test_run_figures_count_groups_per_step_and_which_carry_no_signal():
     assert runs.run_figures(other)["states_drawn"] == 2 and runs.run_figures(other)["frac_groups_redrawn"] == 0.0
 
 
+def test_partly_successful_groups_are_read_from_the_runs_buffer(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "buffer.sqlite"
+    assert runs.success_figures(path) == {}  # no buffer
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, step INTEGER, state_id TEXT, success INTEGER)")
+        assert runs.success_figures(path) == {"frac_groups_mixed_success": None, "frac_groups_no_success": None}
+        # step 0: state a 1 of 2, state b 0 of 2; step 1: state a 2 of 2 (another group than step 0's)
+        conn.executemany("INSERT INTO events (step, state_id, success) VALUES (?, ?, ?)",
+                         [(0, "a", 1), (0, "a", 0), (0, "b", 0), (0, "b", 0), (1, "a", 1), (1, "a", 1)])
+    assert runs.success_figures(path) == {"frac_groups_mixed_success": 1 / 3, "frac_groups_no_success": 1 / 3}
+
+
 def arm(train: dict, eval_after: dict[str, list[float]], probe_after: dict[str, list[float]], step: str = "4") -> dict:
     def point(per_state):
         return {"per_state": per_state, "mean_reward": runs.mean_reward(evaluation(per_state)),
