@@ -182,12 +182,16 @@ def compare(start: Mapping[str, Any], after: Mapping[str, Any], metric: str = "m
     return paired_difference({u: a[u] for u in units}, {u: b[u] for u in units}, metric=metric).to_dict()
 
 
-def ci_text(d: Mapping[str, Any]) -> str:
+def ci_text(d: Mapping[str, Any], *, se: bool = False, counts: bool = True) -> str:
+    """A paired difference: mean [95% CI] (n, +up/-down); `se`: mean ± SE [95% CI], and
+    `counts` False leaves the ups and downs out (seeds as units: n says it all)."""
     if d.get("diff") is None:
         return "–"
     if d.get("ci_low") is None:
         return f"{d['diff']:+.3f} (n={d['n']})"
-    return f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] (n={d['n']}, +{d['up']}/-{d['down']})"
+    spread = f" ± {d['se']:.3f}" if se else ""
+    tail = f", +{d['up']}/-{d['down']}" if counts else ""
+    return f"{d['diff']:+.3f}{spread} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] (n={d['n']}{tail})"
 
 
 # --- the shared start --------------------------------------------------------------------------------

@@ -175,18 +175,9 @@ def pm(figure: Mapping[str, Any]) -> str:
         f" (n={figure['n']})"
 
 
-def seeds_text(d: Mapping[str, Any]) -> str:
-    """A paired-by-seed difference: mean ± SE [95% CI] (n seeds)."""
-    if d.get("diff") is None:
-        return "–"
-    if d.get("se") is None:
-        return f"{d['diff']:+.3f} (n={d['n']})"
-    return f"{d['diff']:+.3f} ± {d['se']:.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] (n={d['n']})"
-
-
 def table(summary: Mapping[str, Any]) -> dict[str, Any]:
     rows = [[name, pm(summary["samplers"]["uniform"][key]), pm(summary["samplers"]["learnability"][key]),
-             seeds_text(summary["difference"][key])] for key, name in FIGURES]
+             shared_runs.ci_text(summary["difference"][key], se=True, counts=False)] for key, name in FIGURES]
     rows += [[f"{label}, by state (seeds pooled)", "", "", shared_runs.ci_text(summary["by_state"][name])]
              for name, label in (("eval", "eval tasks"), ("probe", "probe"))]
     return {"title": f"uniform vs learnability sampling, {len(summary['seeds'])} seeds: mean ± SEM over seeds; the "

@@ -145,6 +145,8 @@ def test_the_summary_by_hand():
         "eval tasks, by state (seeds pooled)", "probe, by state (seeds pooled)"]
     assert all(len(r) == len(t["columns"]) for r in t["rows"])
     assert t["rows"][0][1:3] == ["0.375 ± 0.125 (n=2)", "0.250 ± 0.000 (n=2)"]
+    # tied, learnability - uniform by seed: -0.25, 0: mean -0.125, SE 0.125, t(0.975, 1) 12.7062 -> +-1.5883
+    assert t["rows"][0][3] == "-0.125 ± 0.125 [-1.713, +1.463] (n=2)"
     empty = bench.summarize({})
     assert empty["seeds"] == [] and bench.table(empty)["rows"][0][1] == "–"
     # a run whose seed's other run is still to come: a row of its own, in its sampler's column
