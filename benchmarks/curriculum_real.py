@@ -99,9 +99,14 @@ FIGURES = TRAIN_FIGURES + EVAL_FIGURES
 # --- the math: pure functions ----------------------------------------------------------------------
 
 
+def last_point(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's evaluation at its last checkpoint."""
+    return entry["checkpoints"][max(entry["checkpoints"], key=int)]
+
+
 def run_values(entry: Mapping[str, Any]) -> dict[str, float | None]:
     """A run's figures (FIGURES' keys): its training figures, and its last checkpoint's evaluation."""
-    last = entry["checkpoints"][max(entry["checkpoints"], key=int)]
+    last = last_point(entry)
     out = {key: entry["train"].get(key) for key, _ in TRAIN_FIGURES}
     out.update(eval_vs_start=last["eval"]["vs_start"]["diff"], eval_mean_reward=last["eval"]["mean_reward"],
                probe_vs_start=last["probe"]["vs_start"]["diff"])
@@ -137,8 +142,7 @@ def by_state(done: Mapping[str, Any], name: str) -> dict[str, Any]:
 
     pooled: dict[str, dict[str, list[float]]] = {}
     for sampler in SAMPLERS:
-        points = [e["arms"][sampler]["checkpoints"][max(e["arms"][sampler]["checkpoints"], key=int)][name]["per_state"]
-                  for e in done.values()]
+        points = [last_point(e["arms"][sampler])[name]["per_state"] for e in done.values()]
         units = set.intersection(*(set(p) for p in points)) if points else set()
         pooled[sampler] = {u: [v for p in points for v in p[u]] for u in units}
     units = sorted(set(pooled["uniform"]) & set(pooled["learnability"]))
@@ -165,7 +169,7 @@ def summarize(done: Mapping[str, Any]) -> dict[str, Any]:
             "samplers": {sampler: {key: over_seeds(figure[sampler][key]) for key, _ in FIGURES} for sampler in SAMPLERS},
             "difference": {key: paired_by_seed(figure["uniform"][key], figure["learnability"][key])
                            for key, _ in FIGURES},
-            "by_state": {name: by_state({k: done[k] for k in seeds}, name) for name in ("eval", "probe")}}
+            "by_state": {name: by_state(done, name) for name in ("eval", "probe")}}
 
 
 def pm(figure: Mapping[str, Any]) -> str:

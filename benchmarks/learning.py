@@ -62,9 +62,8 @@ import _learning_runs as shared_runs  # noqa: E402
 from _record import invocation  # noqa: E402
 
 ARMS = {"grpo": {}, "null": {"shuffle_rewards": True}}  # arm -> its TrainConfig changes
-PARTIAL, START_RECORDS = shared_runs.PARTIAL, shared_runs.START_RECORDS
-SETTINGS = shared_runs.SETTINGS
-compact, checkpoint_steps = shared_runs.compact, shared_runs.checkpoint_steps
+PARTIAL = shared_runs.PARTIAL
+checkpoint_steps = shared_runs.checkpoint_steps
 
 
 def run_config(base: Any, shared: Any, args: argparse.Namespace, seed: int, arm: str) -> Any:
@@ -176,15 +175,13 @@ def plot(summary: Mapping[str, Any], path: Path) -> str | None:
 # --- the benchmark -----------------------------------------------------------------------------------
 
 
-def partial_rows(data: Mapping[str, Any], rows: list[list[Any]], width: int) -> None:
-    """Append to `rows` a row per run evaluated whose seed's other arms are still to come: its
-    arm, step, and after - start on the evaluation tasks and on the probe, in `width` columns."""
-    for key, arms in sorted(data.get(PARTIAL, {}).items()):
-        for arm, entry in arms.items():
-            for step, point in entry["checkpoints"].items():
-                row = [f"{arm}, {key} alone (its pair to come)", step, shared_runs.ci_text(point["eval"]["vs_start"])]
-                row += [""] * (width - 4) + [shared_runs.ci_text(point["probe"]["vs_start"])]
-                rows.append(row)
+def partial_rows(data: Mapping[str, Any]) -> list[list[Any]]:
+    """A row per run evaluated whose seed's other run is still to come: its arm, step, and
+    after - start on the evaluation tasks and on the probe."""
+    return [[f"{arm}, {key} alone (its pair to come)", step, shared_runs.ci_text(point["eval"]["vs_start"]), "",
+             shared_runs.ci_text(point["probe"]["vs_start"])]
+            for key, arms in sorted(data.get(PARTIAL, {}).items()) for arm, entry in arms.items()
+            for step, point in entry["checkpoints"].items()]
 
 
 def results_table(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -193,7 +190,7 @@ def results_table(data: Mapping[str, Any]) -> dict[str, Any]:
     start = {name: data["start"][name]["per_state"] for name in ("eval", "probe")} if "start" in data else {}
     shown = table(summarize(data["done"] if start else {}, start))
     if start:
-        partial_rows(data, shown["rows"], len(shown["columns"]))
+        shown["rows"] += partial_rows(data)
     if start and not data["done"] and any(data.get(PARTIAL, {}).values()):
         shown["title"] = shown["title"].replace(", 0 seeds;", ", no seed finished yet: its runs alone;")
     return shown
