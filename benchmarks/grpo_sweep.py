@@ -10,9 +10,11 @@ held-apart states of the TRAINING tasks (a validation set), paired against the w
 One at a time around a base, not a grid: the base is the cpu preset (lr 5e-5, 1 group per
 optimizer step, no warm-up, scale_rewards group, beta 0, invalid_groups standardize) and each
 configuration changes one setting (CONFIGS), plus a null control, "base@seed+1" (the base's
-settings at the next training seed): 12 runs, where the full grid of these levels is
-432, beyond what a 2-core machine does in days. It measures each setting's effect at the base,
-not their interactions; a second sweep around the chosen values checks them together.
+settings at the next training seed): 12 runs (11 at one group per step, where scale_rewards
+batch is the base's own computation and is recorded as such, `same_as_base`), where the full
+grid of these levels is 432, beyond what a 2-core machine does in days. It measures each
+setting's effect at the base, not their interactions; a second sweep around the chosen values
+checks them together.
 
 Every configuration spends the same rollouts: `--groups` groups of `--group-size` (steps =
 groups / groups per step, so "groups/step=4" takes a quarter of the base's optimizer steps, each
@@ -95,6 +97,17 @@ def selected(names: str | None) -> list[tuple[str, dict[str, Any]]]:
     return [(n, c) for n, c in CONFIGS if n in wanted]
 
 
+def same_as_base(changes: Mapping[str, Any], base: Any) -> str | None:
+    """Why a configuration computes exactly what the base does (None where it does not): then it
+    is recorded as such and not trained. scale_rewards "batch" divides by the std of the step's
+    rewards, "group" by each group's; with one group per optimizer step the two are one number
+    (TRL's advantages are the same), so the run would measure the training seed's noise only."""
+    if changes.get("scale_rewards") == "batch" and int(changes.get("groups_per_step", base.groups_per_step)) == 1 \
+            and base.scale_rewards == "group":
+        return "scale_rewards batch at 1 group per optimizer step is the group's std: the base's advantages"
+    return None
+
+
 def steps_for(groups: int, changes: Mapping[str, Any]) -> int:
     """Optimizer steps of a configuration that spends `groups` groups."""
     per_step = int(changes.get("groups_per_step", 1))
@@ -145,6 +158,9 @@ def table(results: Mapping[str, Any]) -> dict[str, Any]:
     for name, _ in CONFIGS:
         e = results.get(name)
         if e is None:
+            continue
+        if e.get("same_as_base"):
+            rows.append([name, "–", "–", "–", "–", f"not run: {e['same_as_base']}", "–", "–"])
             continue
         if name == "base":
             judged = "base"
@@ -200,6 +216,12 @@ def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool 
         keep(results, START, start)
         results.write(validation={"states": [s.state_id for s in states], "dropped_as_buffer_seeds": dropped,
                                   "seeds": seeds, "start_mean_reward": shared_runs.mean_reward(start)})
+        for name, changes in configs:
+            why = same_as_base(changes, base)
+            if why and name not in results.done:
+                if progress:
+                    err_console.print(f"{name}: not run ({why})", highlight=False)
+                results.record(name, {"config": name, "changes": dict(changes), "same_as_base": why})
         todo = results.pending(name for name, _ in configs)
         for i, name in enumerate(todo):
             if progress:

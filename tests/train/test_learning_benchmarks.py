@@ -527,3 +527,37 @@ def test_the_sweep_continues_from_out_alone_with_the_same_shared_start(tmp_path,
     made["fingerprint"] = {"warm_start_weights_sha256": "w"}
     with pytest.raises(ValueError, match="another work folder"):
         call("w4", "lr=5e-6")
+
+
+def test_a_configuration_that_computes_the_base_is_recorded_as_such_and_not_trained(tmp_path, monkeypatch):
+    """scale_rewards batch divides by the step's std; with one group per optimizer step that is the
+    group's, so the run would be the base again: it is recorded, shown, and not trained."""
+    from mleforge.train.config import TrainConfig
+
+    base = TrainConfig()
+    assert base.groups_per_step == 1 and base.scale_rewards == "group"
+    assert "group's std" in sweep.same_as_base({"scale_rewards": "batch"}, base)
+    assert sweep.same_as_base({"scale_rewards": "batch", "groups_per_step": 4}, base) is None
+    assert sweep.same_as_base({"scale_rewards": "batch"}, base.replace(groups_per_step=4)) is None
+    assert sweep.same_as_base({"scale_rewards": "none"}, base) is None
+    assert all(sweep.same_as_base(c, base) is None for n, c in sweep.CONFIGS if n != "scale=batch")
+
+    trained = []
+    monkeypatch.setattr(runs, "base_config", lambda args, work: base)
+    monkeypatch.setattr(runs, "shared_start", lambda *a: SimpleNamespace(
+        executor=SimpleNamespace(close=lambda: None), sft="none", journals="j", start_spec="hf:start"))
+    monkeypatch.setattr(runs, "fingerprint", lambda s: {"warm_start_weights_sha256": "w"})
+    monkeypatch.setattr(runs, "held_apart_states", lambda *a, **k: ([SimpleNamespace(state_id=s) for s in "abc"], 0))
+    monkeypatch.setattr(runs, "evaluate", lambda sh, spec, *a, **k: START if spec == "hf:start" else AFTER)
+    monkeypatch.setattr(runs, "train_figures", lambda folder: {"rollouts": 8})
+    monkeypatch.setattr(runs, "train_one", lambda config, folder, *a: trained.append(folder.name) or SimpleNamespace(
+        final_model=str(folder / "final")))
+    args = sweep.build_parser().parse_args(["--out", str(tmp_path / "s.json"), "--work", str(tmp_path / "w"),
+                                            "--groups", "4", "--val-states", "3", "--val-seeds", "2",
+                                            "--configs", "base,scale=batch"])
+    data = sweep.run_sweep(args, registry=object(), progress=False, argv=["grpo_sweep.py"])
+    assert trained == ["base"]
+    assert data["done"]["scale=batch"]["same_as_base"].startswith("scale_rewards batch at 1 group")
+    rows = {r[0]: r for r in data["table"]["rows"]}
+    assert rows["scale=batch"][5].startswith("not run: scale_rewards batch") and rows["scale=batch"][1] == "–"
+    assert rows["base"][5] == "base"
