@@ -76,11 +76,14 @@ class Results:
     write. The meta of the calls before this one moves to `earlier_meta`: the pieces they
     finished were measured by the commits they name. The settings name the --work folder (`work`)
     as "<work>", so that a call with another --work continues a file whose settings are the same.
+    A field the file lacks and whose value now is its default in `defaults` (the same tree) was
+    added to the code after the file was made, at the value that keeps what the file measured:
+    it is not a difference (`added_at_default`), and the file keeps its settings as they were.
     """
 
     def __init__(self, path: Path, benchmark: str, settings: Mapping[str, Any],
                  table_of: Callable[[Mapping[str, Any]], dict[str, Any]], argv: Sequence[str] | None = None,
-                 work: Path | None = None):
+                 work: Path | None = None, defaults: Mapping[str, Any] | None = None):
         self.path, self.benchmark, self.table_of, self.argv = Path(path), benchmark, table_of, argv
         settings = json.loads(json.dumps(settings, default=str))  # as the file holds them
         if work is not None:
@@ -90,9 +93,11 @@ class Results:
             saved = json.loads(self.path.read_text(encoding="utf-8"))
             if saved.get("benchmark") != benchmark:
                 raise ValueError(f"{self.path} holds benchmark {saved.get('benchmark')!r}, not {benchmark!r}")
-            if saved.get("settings") != self.data["settings"]:
-                changed = sorted(k for k in set(saved.get("settings", {})) | set(settings)
-                                 if saved.get("settings", {}).get(k) != settings.get(k))
+            defaults = json.loads(json.dumps(defaults or {}, default=str))
+            if not added_at_default(saved.get("settings", {}), self.data["settings"], defaults):
+                before = saved.get("settings", {})
+                changed = sorted(k for k in set(before) | set(settings)
+                                 if not added_at_default(before.get(k), settings.get(k), defaults.get(k, {})))
                 raise ValueError(f"{self.path} was made with other settings ({', '.join(changed)}); give the same "
                                  "ones to continue it, or another --out")
             if "meta" in saved:
@@ -124,6 +129,24 @@ class Results:
         self.data.update(top)
         self.data = stamp(self.data, self.benchmark, self.table_of(self.data), self.argv)
         write_json(self.path, self.data, indent=1)
+
+
+def added_at_default(saved: Any, now: Any, defaults: Any) -> bool:
+    """Whether `now` is `saved` (JSON values) but for keys `saved` lacks whose value in `now` is
+    their value in `defaults` (a tree of the same shape): fields added to the code since `saved`
+    was written, at their defaults."""
+    if not (isinstance(saved, dict) and isinstance(now, dict)):
+        return saved == now
+    defaults = defaults if isinstance(defaults, dict) else {}
+    for key in set(saved) | set(now):
+        if key not in now:
+            return False
+        if key not in saved:
+            if key not in defaults or now[key] != defaults[key]:
+                return False
+        elif not added_at_default(saved[key], now[key], defaults.get(key, {})):
+            return False
+    return True
 
 
 def portable(value: Any, work: Path) -> Any:
@@ -481,7 +504,11 @@ def run_figures(lines: Sequence[Any]) -> dict[str, Any]:
     pair; the group figures are mleforge.train.metrics' own: tied (zero advantage), with no
     valid rollout, and either (`frac_groups_no_signal`: nothing learned of the metric); and how
     many distinct states the run drew, and the groups on a state an earlier group drew (a
-    sampler can only prefer a state by what its earlier groups showed)."""
+    sampler can only prefer a state by what its earlier groups showed). And by the state's
+    stage: the groups on debug states, the groups that mix valid and failed rollouts (the
+    reward's largest gap: a failure earns -0.3 to -0.1, a valid run 0 or more; a lost rollout
+    is neither), and per stage (`by_stage`) its groups, those with no valid rollout and those
+    mixed."""
     from mleforge.train.metrics import (
         frac_no_signal_groups,
         frac_tied_groups,
@@ -492,10 +519,12 @@ def run_figures(lines: Sequence[Any]) -> dict[str, Any]:
     rewards: dict[tuple[int, int], list[float | None]] = {}
     outcomes: dict[tuple[int, int], list[str]] = {}
     states: dict[tuple[int, int], str] = {}
+    stages: dict[tuple[int, int], str] = {}
     for line in lines:
         rewards.setdefault((line.step, line.group), []).append(line.reward)
         outcomes.setdefault((line.step, line.group), []).append(line.outcome)
         states[(line.step, line.group)] = line.state_id
+        stages[(line.step, line.group)] = line.stage
     seen: set[str] = set()
     redrawn = 0
     for group in sorted(states):  # in the order the run drew them
@@ -508,7 +537,27 @@ def run_figures(lines: Sequence[Any]) -> dict[str, Any]:
             "groups": len(rewards), "train_valid_rate": rates["valid_rate"],
             "train_format_error_rate": rates["format_error_rate"], "frac_groups_no_valid": frac_no_valid(outcomes),
             "frac_groups_no_signal": frac_no_signal_groups(list(rewards.values()), list(outcomes.values())),
-            "states_drawn": len(seen), "frac_groups_redrawn": redrawn / len(states) if states else None}
+            "states_drawn": len(seen), "frac_groups_redrawn": redrawn / len(states) if states else None,
+            **stage_figures(outcomes, stages)}
+
+
+def mixes_valid(outcomes: Sequence[str]) -> bool:
+    """A group with a valid rollout and a failed one (a lost rollout is neither)."""
+    return "valid" in outcomes and any(o not in ("valid", "lost") for o in outcomes)
+
+
+def stage_figures(outcomes: Mapping[Any, Sequence[str]], stages: Mapping[Any, str]) -> dict[str, Any]:
+    """`run_figures`' figures by stage: groups on debug states and groups mixing valid and
+    failed rollouts over the run, and per stage {groups, frac_no_valid, frac_mixed_valid}."""
+    n = len(outcomes)
+    by_stage: dict[str, dict[str, Any]] = {}
+    for stage in sorted(set(stages.values())):
+        mine = [outcomes[g] for g in outcomes if stages[g] == stage]
+        by_stage[stage] = {"groups": len(mine), "frac_no_valid": sum("valid" not in o for o in mine) / len(mine),
+                           "frac_mixed_valid": sum(mixes_valid(o) for o in mine) / len(mine)}
+    return {"frac_groups_debug": sum(stages[g] == "debug" for g in outcomes) / n if n else None,
+            "frac_groups_mixed_valid": sum(mixes_valid(o) for o in outcomes.values()) / n if n else None,
+            "by_stage": by_stage}
 
 
 def train_figures(run_dir: Path) -> dict[str, Any]:
@@ -640,6 +689,14 @@ def arm_entry(shared: Any, folder: Path, result: Any, steps: Sequence[int], sets
     return out
 
 
+def setting_defaults() -> dict[str, Any]:
+    """The defaults of the settings' TrainConfig (`base`): what a field added to the code since a
+    results file was made must be at for the file to go on (Results)."""
+    from mleforge.train.config import TrainConfig
+
+    return {"base": TrainConfig().to_dict()}
+
+
 def arm_settings(base: Any, args: Any) -> dict[str, Any]:
     """What a results file of `run_arms` is made with: two files with the same settings (and the
     same shared start) hold runs of the same config for the same arm changes."""
@@ -670,7 +727,8 @@ def run_arms(args: Any, arms: Mapping[str, Mapping[str, Any]], *, benchmark: str
     work = Path(args.work).expanduser().resolve()
     work.mkdir(parents=True, exist_ok=True)
     base = base_config(args, work)
-    results = Results(args.out, benchmark, arm_settings(base, args), table_of, argv, work=work)
+    results = Results(args.out, benchmark, arm_settings(base, args), table_of, argv, work=work,
+                      defaults=setting_defaults())
     started = time.perf_counter()
     shared = shared_start(base, args, work, registry, progress)
     try:

@@ -86,6 +86,8 @@ TRAIN_FIGURES = (
     ("reward_per_rollout", "reward / rollout"),
     ("train_valid_rate", "valid rate (training)"),
     ("frac_groups_mixed_success", "groups partly successful (frac)"),
+    ("frac_groups_mixed_valid", "groups with valid and failed rollouts (frac)"),
+    ("frac_groups_debug", "groups on debug states (frac)"),
     ("frac_groups_redrawn", "groups on a state drawn before (frac)"),
 )
 EVAL_FIGURES = (
@@ -278,6 +280,16 @@ def reread_train(stored: Mapping[str, Any], folder: Path) -> dict[str, Any]:
     return now if all(now.get(k) == v for k, v in stored.items()) else dict(stored)
 
 
+def refresh_train(done: Mapping[str, Any], work: Path) -> None:
+    """Each finished run's training figures read again from its folder under `work` where it is
+    there and agrees with every figure stored (`reread_train`): a run recorded before a figure
+    existed gains it, and nothing stored changes."""
+    for key, entry in done.items():
+        for arm, run in entry["arms"].items():
+            name = REUSED_ARM[1] if run.get("reused") else arm
+            run["train"] = reread_train(run["train"], work / "runs" / f"{name}-{key}")
+
+
 # --- the benchmark -----------------------------------------------------------------------------------
 
 
@@ -291,6 +303,7 @@ def run_benchmark(args: argparse.Namespace, *, registry: Any = None, progress: b
     reuse = None if args.reuse is None else Reuse(args.reuse, progress)
     results = shared_runs.run_arms(args, ARMS, benchmark="curriculum_real", table_of=results_table, registry=registry,
                                    progress=progress, argv=argv, reuse=reuse)
+    refresh_train(results.done, Path(args.work).expanduser().resolve())
     results.write(summary=summarize(results.done))
     return results.data
 

@@ -196,7 +196,8 @@ def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool 
         TrainConfig.from_dict({**base.to_dict(), **changes, "steps": steps[name]})
     results = shared_runs.Results(args.out, "grpo_sweep", {
         "base": base.to_dict(), "groups": args.groups, "val_states": args.val_states, "val_seeds": args.val_seeds,
-        "train_seed": args.train_seed, "journals": args.journals}, lambda data: table(data["done"]), argv, work=work)
+        "train_seed": args.train_seed, "journals": args.journals}, lambda data: table(data["done"]), argv, work=work,
+        defaults=shared_runs.setting_defaults())
     if "work" in results.data and EVALUATIONS not in results.data:
         # A record from before the evaluations were kept in it: they are under its --work only.
         results.fix("work", str(work), " folder (the evaluations each configuration is compared with are there)")

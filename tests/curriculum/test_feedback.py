@@ -6,8 +6,8 @@ import pytest
 
 from mleforge.agent.execution import ExecutionSummary
 from mleforge.curriculum.buffer import StateBuffer
-from mleforge.curriculum.config import BufferConfig
-from mleforge.curriculum.errors import CurriculumError
+from mleforge.curriculum.config import BufferConfig, LearnabilityConfig
+from mleforge.curriculum.errors import CurriculumError, StateBufferError
 from mleforge.curriculum.feedback import step_feedback
 from mleforge.curriculum.records import SETUP_STEP
 from mleforge.reward import compute_reward
@@ -116,3 +116,25 @@ def test_feedback_none_keeps_the_score_out_of_new_states(setup):
     assert node["valid"] and node["score"] is None  # the prompt of this state shows no score
     with pytest.raises(Exception, match="feedback must be one of public, none"):
         step_feedback(buf, 1, [draft], ["p\n" + CODE], [OK], [reward], feedback="private")
+
+
+def test_success_valid_counts_a_valid_improve_run_that_did_not_beat_the_best(tmp_path):
+    """learnability.success "valid": the same step as above counts every valid run a success; the
+    buffer keeps the kind it was made with and refuses another on reopening."""
+    buf = StateBuffer(tmp_path, BufferConfig(), LearnabilityConfig(success="valid"))
+    draft, improve = idea_state("alpha", 0), child_state(idea_state("alpha", 1), "v", valid=True, score=0.6)
+    buf.offer([draft, improve], seed=True)
+    buf.seal(SETUP_STEP)
+    rewards = [compute_reward("valid", score=0.6, reference=0.6, scale=0.1),  # no change: a success here
+               compute_reward("execution_error"),
+               compute_reward("valid", score=0.5, reference=0.6, scale=0.1)]  # worse, still valid
+    step_feedback(buf, 0, [improve] * 3, ["a\n" + CODE, "b\n" + CODE, "c\n" + CODE], [OK, CRASH, OK], rewards,
+                  rollout_ids=list("abc"))
+    row = {r["state_id"]: r for r in buf.rows()}[improve.state_id]
+    assert (row["rollouts"], row["successes"]) == (3, 2)
+    buf.close()
+    assert StateBuffer(tmp_path).learnability.success == "valid"  # what it was made with
+    assert StateBuffer(tmp_path, learnability=LearnabilityConfig(success="valid")).learnability.success == "valid"
+    with pytest.raises(StateBufferError, match="counted its successes as learnability.success 'valid' and is "
+                                               "opened with 'improve'"):
+        StateBuffer(tmp_path, learnability=LearnabilityConfig())

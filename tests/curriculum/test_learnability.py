@@ -97,6 +97,16 @@ def test_is_success_uses_the_neutral_point():
     assert not is_success("improve", "valid", 0.5, 0.5)  # no change is not a success
 
 
+def test_success_valid_counts_any_valid_run_on_every_stage():
+    assert is_success("improve", "valid", 0.5, 0.5, "valid")  # no change, yet valid
+    assert is_success("improve", "valid", 0.0, 0.5, "valid")
+    assert not is_success("improve", "execution_error", -0.2, 0.5, "valid")
+    assert is_success("debug", "valid", 0.3, 0.5, "valid") and not is_success("draft", "invalid", -0.1, 0.5, "valid")
+    assert not is_success("improve", "valid", 0.5, 0.5, "improve")  # the default kind, as above
+    with pytest.raises(ConfigError, match="learnability.success: got 'valids'; expected one of improve, valid"):
+        LearnabilityConfig(success="valids")
+
+
 def stats(n=0, s=0, best=None, last=(), sid="x", task="t", stage="improve"):
     return StateStats(sid, task, stage, "higher", False, n, s, 0.0, 0.0, tuple(last), best, None, 0)
 

@@ -90,6 +90,41 @@ def test_run_figures_count_groups_per_step_and_which_carry_no_signal():
     assert runs.run_figures(other)["states_drawn"] == 2 and runs.run_figures(other)["frac_groups_redrawn"] == 0.0
 
 
+def test_groups_are_counted_by_stage_and_by_whether_they_mix_valid_and_failed_rollouts():
+    def at(stage, lines):
+        return [RolloutLine(**{**x.to_dict(), "stage": stage}) for x in lines]
+
+    lines = [
+        *at("improve", [line(0, 0, 0, 0.5, "valid"), line(0, 0, 1, -0.2, "execution_error")]),  # mixed
+        *at("improve", [line(0, 1, 2, 0.5, "valid"), line(0, 1, 3, 0.6, "valid")]),  # all valid: not mixed
+        *at("debug", [line(1, 0, 0, None, "lost"), line(1, 0, 1, 0.1, "valid")]),  # lost is no failure
+        *at("debug", [line(2, 0, 0, -0.3, "format_error"), line(2, 0, 1, -0.1, "invalid_submission")]),
+        *at("debug", [line(3, 0, 0, 0.0, "valid"), line(3, 0, 1, -0.1, "invalid_submission")]),  # mixed
+    ]
+    out = runs.run_figures(lines)
+    assert out["frac_groups_debug"] == pytest.approx(3 / 5) and out["frac_groups_mixed_valid"] == pytest.approx(2 / 5)
+    assert out["by_stage"] == {
+        "debug": {"groups": 3, "frac_no_valid": pytest.approx(1 / 3), "frac_mixed_valid": pytest.approx(1 / 3)},
+        "improve": {"groups": 2, "frac_no_valid": 0.0, "frac_mixed_valid": 0.5}}
+    assert runs.stage_figures({}, {}) == {"frac_groups_debug": None, "frac_groups_mixed_valid": None, "by_stage": {}}
+
+
+def test_a_finished_runs_figures_gain_what_was_added_since_and_keep_what_was_stored(tmp_path, monkeypatch):
+    stored = {"frac_zero_std_groups": 0.25}
+    done = {"seed0": {"arms": {"uniform": {"train": dict(stored)},
+                               "learnability": {"train": dict(stored), "reused": {"arm": "grpo"}}}},
+            "seed1": {"arms": {"uniform": {"train": dict(stored)}}}}
+    for name in ("uniform-seed0", "grpo-seed0", "uniform-seed1"):
+        (tmp_path / "runs" / name / "rollouts").mkdir(parents=True)
+    read = {"uniform-seed0": {**stored, "frac_groups_debug": 0.5}, "grpo-seed0": {**stored, "frac_groups_debug": 0.75},
+            "uniform-seed1": {"frac_zero_std_groups": 0.5, "frac_groups_debug": 0.1}}  # another run: not taken
+    monkeypatch.setattr(runs, "train_figures", lambda folder: read[folder.name])
+    bench.refresh_train(done, tmp_path)
+    assert done["seed0"]["arms"]["uniform"]["train"] == {**stored, "frac_groups_debug": 0.5}
+    assert done["seed0"]["arms"]["learnability"]["train"] == {**stored, "frac_groups_debug": 0.75}  # learning's folder
+    assert done["seed1"]["arms"]["uniform"]["train"] == stored
+
+
 def test_partly_successful_groups_are_read_from_the_runs_buffer(tmp_path):
     import sqlite3
 
@@ -270,7 +305,8 @@ def test_the_committed_learning_record_continues_under_this_code():
     work = Path(args.work).resolve()
     settings = runs.portable(json.loads(json.dumps(runs.arm_settings(runs.base_config(args, work), args),
                                                    default=str)), work)
-    assert settings == data["settings"]
+    assert runs.added_at_default(data["settings"], settings, runs.setting_defaults())
+    assert settings["base"]["learnability"]["success"] == "improve"  # added since, at its default
     assert learning.results_table(data) == data["table"]
 
 

@@ -561,3 +561,21 @@ def test_a_configuration_that_computes_the_base_is_recorded_as_such_and_not_trai
     rows = {r[0]: r for r in data["table"]["rows"]}
     assert rows["scale=batch"][5].startswith("not run: scale_rewards batch") and rows["scale=batch"][1] == "–"
     assert rows["base"][5] == "base"
+
+
+def test_a_field_added_to_the_code_since_a_file_was_made_continues_it_at_its_default_only(tmp_path):
+    saved = {"base": {"lr": 5e-5, "learnability": {"variant": "beta"}}, "steps": 32}
+    defaults = {"base": {"lr": 1e-4, "learnability": {"variant": "beta", "success": "improve"}}}
+    now = {"base": {"lr": 5e-5, "learnability": {"variant": "beta", "success": "improve"}}, "steps": 32}
+    assert runs.added_at_default(saved, now, defaults)
+    assert not runs.added_at_default(saved, {**now, "base": {**now["base"], "learnability": {
+        "variant": "beta", "success": "valid"}}}, defaults)  # added, but not at its default
+    assert not runs.added_at_default(saved, {**now, "base": {**now["base"], "lr": 1e-5}}, defaults)
+    assert not runs.added_at_default(now, saved, defaults)  # a field gone from the code
+    assert not runs.added_at_default(saved, {**now, "new": 1}, defaults)  # no default known for it
+    path = tmp_path / "r.json"
+    runs.Results(path, "grpo_sweep", saved, done_table).write()
+    kept = runs.Results(path, "grpo_sweep", now, done_table, defaults=defaults)
+    assert kept.data["settings"] == saved  # the file's settings stay as they were
+    with pytest.raises(ValueError, match=r"made with other settings \(base\)"):
+        runs.Results(path, "grpo_sweep", {**now, "base": {**now["base"], "lr": 1e-5}}, done_table, defaults=defaults)

@@ -127,6 +127,13 @@ class StateBuffer:
         stored_lp = get_meta(conn, "learnability_config")
         if learnability is None:
             learnability = LearnabilityConfig.from_dict(stored_lp) if stored_lp else LearnabilityConfig()
+        made_with = (stored_lp or {}).get("success", "improve")
+        if stored_lp is not None and learnability.success != made_with:
+            raise StateBufferError(
+                f"{self.path}: this buffer counted its successes as learnability.success {made_with!r} and is "
+                f"opened with {learnability.success!r}; each rollout's success is stored as it is counted, so "
+                f"the two would mix. Keep learnability.success {made_with!r} for this run, or start a new run"
+            )
         self.learnability = learnability
         if stored_lp is None and self.writer:
             with self._write() as cur:

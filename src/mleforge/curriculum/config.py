@@ -14,6 +14,7 @@ from mleforge import config as check
 from mleforge.errors import ConfigError
 
 LP_VARIANTS = ("beta", "laplace", "variance")
+SUCCESS_KINDS = ("improve", "valid")
 SAMPLER_KINDS = ("uniform", "learnability")
 SYNCHRONOUS_MODES = ("FULL", "NORMAL", "EXTRA")
 
@@ -65,6 +66,13 @@ class LearnabilityConfig(_Config):
     improve_neutral = 0.5: the reward of a valid improve run that does not
     change the score (with the default RewardConfig); success on an improve
     state is a reward above it. Change it with the reward's bonuses.
+    success = "improve": what a success is, and so what L counts. "improve": a
+    valid submission on a draft or debug state, a valid run that beat the
+    state's best on an improve state. "valid": a valid submission on every
+    stage, so that L is the probability that a group mixes valid and failed
+    runs, the reward's largest gap (a failure earns -0.3 to -0.1, a valid run
+    0 or more). A buffer keeps the kind it was made with (the success of each
+    rollout is stored as it is counted); another is refused on reopening.
     """
 
     exploration_c: float = 0.1
@@ -74,6 +82,7 @@ class LearnabilityConfig(_Config):
     variance_prior_weight: float = 2.0
     prior_strength: float = 2.0
     group_size: int = field(default=8, metadata={"flag": False})  # a run: its GRPO group
+    success: str = "improve"
 
     def __post_init__(self) -> None:
         s = "learnability"
@@ -90,6 +99,9 @@ class LearnabilityConfig(_Config):
             )
         if self.variant not in LP_VARIANTS:
             raise ConfigError(f"{s}.variant: got {self.variant!r}; expected one of {', '.join(LP_VARIANTS)}")
+        if self.success not in SUCCESS_KINDS:
+            raise ConfigError(f"{s}.success: got {self.success!r}; expected one of {', '.join(SUCCESS_KINDS)} "
+                              "(improve: an improve state's success is beating its best; valid: any valid run)")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LearnabilityConfig:

@@ -129,7 +129,8 @@ def step_feedback(
         records.append(RolloutRecord(
             state_id=state.state_id,
             reward=reward.total,
-            success=is_success(state.stage, reward.case, reward.total, buffer.learnability.improve_neutral),
+            success=is_success(state.stage, reward.case, reward.total, buffer.learnability.improve_neutral,
+                               buffer.learnability.success),
             outcome=reward.case,
             score=reward.score if reward.case == "valid" else None,
             rollout_id=rid,

@@ -134,11 +134,12 @@ def learnability_potential(L: float, U: float, H: float, gamma: float) -> float:
     return (L + U) * H**gamma
 
 
-def is_success(stage: str, outcome: str, reward: float, improve_neutral: float) -> bool:
+def is_success(stage: str, outcome: str, reward: float, improve_neutral: float, kind: str = "improve") -> bool:
     """Success is a reward above the state's neutral point: for improve, a reward above
     `improve_neutral` (a valid run that beat the state's best); for draft and debug,
-    any valid submission."""
-    if stage == "improve":
+    any valid submission. `kind` "valid" (LearnabilityConfig.success): any valid
+    submission on every stage."""
+    if stage == "improve" and kind == "improve":
         return outcome == "valid" and reward > improve_neutral
     return outcome == "valid"
 
