@@ -708,7 +708,7 @@ def arm_settings(base: Any, args: Any) -> dict[str, Any]:
 def run_arms(args: Any, arms: Mapping[str, Mapping[str, Any]], *, benchmark: str,
              table_of: Callable[[Mapping[str, Any]], dict[str, Any]], registry: Any = None, progress: bool = True,
              argv: Sequence[str] | None = None,
-             reuse: Any = None) -> Results:
+             reuse: Any = None, folders: Mapping[str, str] | None = None) -> Results:
     """For each training seed, a `mleforge train` run per arm (its TrainConfig changes), each kept
     in --out once evaluated (under PARTIAL until its seed's other arms are too), the seed's
     entry recorded when all are. A later call may have a fresh --work (another session: --out is
@@ -718,7 +718,10 @@ def run_arms(args: Any, arms: Mapping[str, Mapping[str, Any]], *, benchmark: str
     in another results file: `reuse.check(results)` once the states are drawn (it refuses a
     file that does not pair before anything is trained, and may put its warm-start evaluation
     in `results`), then `reuse.entry(results, seed key, arm, work)`, an arm's entry or None.
-    The arms' changes are recorded in --out (`arms`) and fixed like the settings."""
+    The arms' changes are recorded in --out (`arms`) and fixed like the settings. A run's folder
+    is <work>/runs/<arm>-seed<k>, or `folders[arm]` in place of the arm where given (recorded
+    in --out, `folders`): two arms' runs of different configs must not share a folder, since a
+    folder with a run in it is continued, whatever it holds."""
     from mleforge.cli.output import err_console
     from mleforge.tasks.registry import TaskRegistry
 
@@ -748,6 +751,8 @@ def run_arms(args: Any, arms: Mapping[str, Mapping[str, Any]], *, benchmark: str
         eval_seeds = list(range(args.eval_seeds))
         results.fix("state_ids", {name: [s.state_id for s in states] for name, states in sets.items()})
         results.fix("arms", arms)
+        if folders:
+            results.fix("folders", dict(folders))
         if reuse is not None:
             reuse.check(results)
         # The warm start's evaluation, kept in --out: a later call of the same shared start reuses it.
@@ -777,7 +782,7 @@ def run_arms(args: Any, arms: Mapping[str, Mapping[str, Any]], *, benchmark: str
                 if progress:
                     err_console.print(f"[bold][{i + 1}/{len(todo)}] {arm} seed {seed}[/]  ({args.steps} steps; "
                                       f"elapsed {time.perf_counter() - started:.0f} s)", highlight=False)
-                folder = work / "runs" / f"{arm}-seed{seed}"
+                folder = work / "runs" / f"{(folders or {}).get(arm, arm)}-seed{seed}"
                 result = train_one(run_config(base, shared, args, seed, changes), folder, registry, progress)
                 gc.collect()
                 entry["arms"][arm] = finished[arm] = arm_entry(shared, folder, result, steps, sets, starts, eval_seeds,

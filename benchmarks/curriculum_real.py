@@ -23,15 +23,23 @@ evaluated at its checkpoints on the evaluation tasks' states with headroom (`--e
 never trained on) and on a probe set of held-apart training states, at `--eval-seeds` sampling
 seeds each, paired by state against the warm start.
 
-`--reuse FILE`: a learning.py results file made with the same settings and the same shared
-start (its `settings`, `shared_start`, `state_ids` and warm-start evaluation equal this one's;
-refused otherwise, with what differs). The cpu preset samples by learnability, so learning.py's
-`grpo` run of a seed is this benchmark's `learnability` run of it, config for config: it is
-taken from there instead of trained again, marked `reused`, and so is the warm start's
-evaluation. A file that does not pair is refused before anything is trained; a seed it does
-not hold yet is trained here. With the same --work as learning.py
-the shared start is not made again either, and the reused run's training figures are read
-again from its folder (figures added since it was recorded, once they agree on the rest).
+`--reuse FILE` (repeatable): a results file of learning.py or of this benchmark made with the
+same settings and the same shared start (its `settings`, `shared_start`, `state_ids` and
+warm-start evaluation equal this one's; refused otherwise, with what differs). An arm here
+takes the runs of the first file's arm whose TrainConfig is its own: the cpu preset samples by
+learnability, so learning.py's `grpo` run of a seed is this benchmark's `learnability` run of
+it, config for config. Such a run is taken instead of trained again, marked `reused`, and so
+is the warm start's evaluation. A file that does not pair, or has no arm of an arm's config
+here, is refused before anything is trained; a seed it does not hold yet is trained here. With
+the same --work the shared start is not made again either, and a reused run's training figures
+are read again from its folder (figures added since it was recorded, once they agree on the
+rest).
+
+`--success valid`: the learnability arm counts any valid run a success (learnability.success;
+L is then the chance that a group mixes valid and failed runs); its runs go to
+`learnability-valid-seed<k>` folders. The uniform arm is unchanged, so a record of the default
+kind lends it its uniform runs (`--reuse curriculum_real.json`) and only the learnability runs
+are trained. Its "partly successful" figure counts each run's own successes.
 
 Figures, per run, then mean +/- SEM over seeds per sampler (mleforge.eval.aggregate.mean_sem),
 and learnability - uniform paired by seed (the seeds as units: mean, SE and a t-interval with
@@ -77,7 +85,17 @@ from _record import invocation  # noqa: E402
 
 SAMPLERS = ("uniform", "learnability")
 ARMS = {sampler: {"sampler": {"kind": sampler}} for sampler in SAMPLERS}  # arm -> its TrainConfig changes
-REUSED_ARM = ("learnability", "grpo")  # this benchmark's arm, learning.py's arm of the same config
+
+
+def arms_for(success: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """(the arms, their run folders where not the arm's name) for learnability.success `success`
+    on the learnability arm; the uniform arm is the same whatever it is, so that its runs are
+    one config (and a record of the other kind may lend them, --reuse)."""
+    if success == "improve":
+        return copy.deepcopy(ARMS), {}
+    arms = copy.deepcopy(ARMS)
+    arms["learnability"]["learnability"] = {"success": success}
+    return arms, {"learnability": f"learnability-{success}"}
 # (key, what the table calls it): a run's training figures, then its evaluation at the last checkpoint.
 TRAIN_FIGURES = (
     ("frac_zero_std_groups", "tied groups (frac)"),
@@ -204,71 +222,114 @@ def results_table(data: Mapping[str, Any]) -> dict[str, Any]:
     return shown
 
 
-# --- reusing learning.py's runs ---------------------------------------------------------------------
+# --- reusing runs measured by another results file ------------------------------------------------
 
 
 class Reuse:
-    """`run_arms`' reuse: learning.py's `grpo` run of a seed as this benchmark's `learnability`
-    run, from a results file of the same settings and shared start. The file is read at each
-    call: it may gain seeds while this benchmark runs."""
+    """`run_arms`' reuse: runs another results file measured (learning.py's, or this benchmark's
+    own) whose TrainConfig is the very one an arm here runs. Each file must be made with the
+    same settings and shared start and drawn the same states (`check_reusable`); an arm here
+    takes its runs from the first file that has an arm of its config (the base with that arm's
+    changes, TrainConfig for TrainConfig: with the cpu preset, which samples by learnability,
+    learning.py's `grpo` run is this benchmark's `learnability` run, and a file of this
+    benchmark lends its `uniform` runs to a record that changes the learnability arm only). A
+    file is read at each use: it may gain seeds while this benchmark runs."""
 
-    def __init__(self, path: Path, progress: bool = True):
-        self.path, self.progress = Path(path), progress
+    def __init__(self, paths: Sequence[Path] | Path, progress: bool = True):
+        self.paths = [Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)]
+        self.progress = progress
+        self.sources: dict[str, tuple[Path, str]] = {}  # arm here -> (file, its arm)
 
-    def saved(self) -> dict[str, Any]:
-        if not self.path.is_file():
-            raise ValueError(f"--reuse {self.path}: no such file (a learning.py results file)")
-        return json.loads(self.path.read_text(encoding="utf-8"))
+    def saved(self, path: Path) -> dict[str, Any]:
+        if not path.is_file():
+            raise ValueError(f"--reuse {path}: no such file (a learning.py or curriculum_real.py results file)")
+        return json.loads(path.read_text(encoding="utf-8"))
 
     def check(self, results: Any) -> None:
-        """Before any run: refused unless the file pairs with this benchmark (the same settings,
-        shared start and states); where this --out has no warm-start evaluation yet, the
-        file's is taken, so that both pair with one evaluation of the warm start (and none is
-        sampled again)."""
-        saved = self.saved()
-        check_reusable(saved, results.data, self.path, keys=("settings", "shared_start", "state_ids"))
-        if shared_runs.START_RECORDS not in results.data and shared_runs.START_RECORDS in saved:
-            results.data[shared_runs.START_RECORDS] = saved[shared_runs.START_RECORDS]
+        """Before any run: each file is refused unless it pairs with this benchmark (the same
+        settings, shared start and states) and has an arm of some arm's config here; where this
+        --out has no warm-start evaluation yet, the first file's is taken, so that every run
+        pairs with one evaluation of the warm start (and none is sampled again)."""
+        for path in self.paths:
+            saved = self.saved(path)
+            check_reusable(saved, results.data, path, keys=("settings", "shared_start", "state_ids"))
+            found = same_config_arms(results.data, saved)
+            if not found:
+                raise ValueError(f"--reuse {path}: none of its arms ({', '.join(recorded_arms(saved)) or 'none'}) "
+                                 f"runs the config of an arm here ({', '.join(results.data['arms'])})")
+            for arm, theirs in found.items():
+                self.sources.setdefault(arm, (path, theirs))
+            if shared_runs.START_RECORDS not in results.data and shared_runs.START_RECORDS in saved:
+                results.data[shared_runs.START_RECORDS] = saved[shared_runs.START_RECORDS]
 
     def entry(self, results: Any, key: str, arm: str, work: Path) -> dict[str, Any] | None:
-        if arm != REUSED_ARM[0]:
+        if arm not in self.sources:
             return None
-        saved = self.saved()
-        check_reusable(saved, results.data, self.path)
-        entry = saved.get("done", {}).get(key, {}).get("arms", {}).get(REUSED_ARM[1]) or \
-            saved.get(shared_runs.PARTIAL, {}).get(key, {}).get(REUSED_ARM[1])
+        path, theirs = self.sources[arm]
+        saved = self.saved(path)
+        check_reusable(saved, results.data, path)
+        entry = saved.get("done", {}).get(key, {}).get("arms", {}).get(theirs) or \
+            saved.get(shared_runs.PARTIAL, {}).get(key, {}).get(theirs)
         if self.progress:
             from mleforge.cli.output import err_console
 
-            err_console.print(f"{arm} {key}: " + (f"learning.py's {REUSED_ARM[1]} run, from {self.path}" if entry
-                                                   else f"not in {self.path} yet: trained here"), highlight=False)
+            err_console.print(f"{arm} {key}: " + (f"{saved['benchmark']}'s {theirs} run, from {path}" if entry
+                                                   else f"not in {path} yet: trained here"), highlight=False)
         if entry is None:
             return None
         entry = copy.deepcopy(entry)
-        entry["train"] = reread_train(entry["train"], work / "runs" / f"{REUSED_ARM[1]}-{key}")
-        entry["reused"] = {"file": self.path.name, "benchmark": "learning", "arm": REUSED_ARM[1],
-                           "measured_by": saved.get("meta", {}).get("commit")}
+        prior = entry.get("reused") or {}  # a run that file took from a third: its folder is that one's
+        folder = prior.get("folder") or prior.get("arm") or saved.get("folders", {}).get(theirs, theirs)
+        entry["train"] = reread_train(entry["train"], work / "runs" / f"{folder}-{key}")
+        entry["reused"] = {"file": path.name, "benchmark": saved["benchmark"], "arm": theirs, "folder": folder,
+                           "measured_by": prior.get("measured_by") or saved.get("meta", {}).get("commit")}
         return entry
+
+
+def recorded_arms(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """A results file's arms: as recorded, or for a file from before they were (learning.py's
+    first seeds), its benchmark's own."""
+    if "arms" in saved:
+        return dict(saved["arms"])
+    if saved.get("benchmark") == "learning":
+        import learning
+
+        return copy.deepcopy(learning.ARMS)
+    return {}
+
+
+def same_config_arms(data: Mapping[str, Any], saved: Mapping[str, Any]) -> dict[str, str]:
+    """{arm here: an arm of `saved` with the same TrainConfig}: the base (this file's settings)
+    with each arm's changes, compared whole."""
+    from mleforge.train.config import TrainConfig
+
+    base = TrainConfig.from_dict(copy.deepcopy(data["settings"]["base"]))
+    theirs = {name: base.replace(**copy.deepcopy(c)).to_dict() for name, c in recorded_arms(saved).items()}
+    found = {}
+    for arm, changes in data["arms"].items():
+        mine = base.replace(**copy.deepcopy(changes)).to_dict()
+        match = next((name for name, config in theirs.items() if config == mine), None)
+        if match is not None:
+            found[arm] = match
+    return found
 
 
 def check_reusable(saved: Mapping[str, Any], data: Mapping[str, Any], path: Path,
                    keys: Sequence[str] = ("settings", "shared_start", "state_ids", "start")) -> None:
-    """Refused unless `saved` (a learning.py file) holds runs of this benchmark's config: the same
-    `keys` (settings, shared start, states, warm-start evaluation), a `grpo` arm that changes
-    nothing, and a base that samples by learnability (so the grpo run keeps that sampler)."""
-    if saved.get("benchmark") != "learning":
-        raise ValueError(f"--reuse {path}: holds benchmark {saved.get('benchmark')!r}, not learning.py's")
-    if data["settings"]["base"]["sampler"]["kind"] != REUSED_ARM[0]:
-        raise ValueError(f"--reuse {path}: the base config samples by {data['settings']['base']['sampler']['kind']!r}, "
-                         "so learning.py's grpo runs are not learnability runs")
-    if saved.get("arms", {REUSED_ARM[1]: {}}).get(REUSED_ARM[1]) != {}:
-        raise ValueError(f"--reuse {path}: its {REUSED_ARM[1]} arm changes the config "
-                         f"({saved['arms'].get(REUSED_ARM[1])}): not the base's learnability run")
+    """Refused unless `saved` (a results file of `run_arms`) holds runs that pair with this
+    benchmark's: the same `keys` (settings, shared start, states, warm-start evaluation; a
+    field one of the two files lacks counts where the other holds its default)."""
+    if saved.get("benchmark") not in ("learning", "curriculum_real"):
+        raise ValueError(f"--reuse {path}: holds benchmark {saved.get('benchmark')!r}, not learning.py's or "
+                         "curriculum_real.py's")
+    defaults = json.loads(json.dumps(shared_runs.setting_defaults(), default=str))
     for key in keys:
-        if saved.get(key) != data.get(key):
-            raise ValueError(f"--reuse {path}: made with another {key} "
-                             f"({shared_runs.differences(saved.get(key), data.get(key))}); its runs do not pair "
-                             "with this benchmark's")
+        a, b = saved.get(key), data.get(key)
+        same = a == b or key == "settings" and (shared_runs.added_at_default(a, b, defaults)
+                                                or shared_runs.added_at_default(b, a, defaults))
+        if not same:
+            raise ValueError(f"--reuse {path}: made with another {key} ({shared_runs.differences(a, b)}); its runs do "
+                             "not pair with this benchmark's")
 
 
 def reread_train(stored: Mapping[str, Any], folder: Path) -> dict[str, Any]:
@@ -280,13 +341,16 @@ def reread_train(stored: Mapping[str, Any], folder: Path) -> dict[str, Any]:
     return now if all(now.get(k) == v for k, v in stored.items()) else dict(stored)
 
 
-def refresh_train(done: Mapping[str, Any], work: Path) -> None:
+def refresh_train(done: Mapping[str, Any], work: Path, folders: Mapping[str, str] | None = None) -> None:
     """Each finished run's training figures read again from its folder under `work` where it is
     there and agrees with every figure stored (`reread_train`): a run recorded before a figure
-    existed gains it, and nothing stored changes."""
+    existed gains it, and nothing stored changes. `folders`: an arm's run folder name, where
+    not the arm's."""
+    folders = folders or {}
     for key, entry in done.items():
         for arm, run in entry["arms"].items():
-            name = REUSED_ARM[1] if run.get("reused") else arm
+            reused = run.get("reused") or {}
+            name = reused.get("folder") or reused.get("arm") or folders.get(arm, arm)
             run["train"] = reread_train(run["train"], work / "runs" / f"{name}-{key}")
 
 
@@ -300,10 +364,11 @@ def run_benchmark(args: argparse.Namespace, *, registry: Any = None, progress: b
     if args.seeds < 2:
         raise ConfigError(f"--seeds: got {args.seeds}; a difference paired by seed needs at least 2 (3 or more for "
                           "a figure worth reporting)")
-    reuse = None if args.reuse is None else Reuse(args.reuse, progress)
-    results = shared_runs.run_arms(args, ARMS, benchmark="curriculum_real", table_of=results_table, registry=registry,
-                                   progress=progress, argv=argv, reuse=reuse)
-    refresh_train(results.done, Path(args.work).expanduser().resolve())
+    reuse = None if not args.reuse else Reuse(args.reuse, progress)
+    arms, folders = arms_for(args.success)
+    results = shared_runs.run_arms(args, arms, benchmark="curriculum_real", table_of=results_table, registry=registry,
+                                   progress=progress, argv=argv, reuse=reuse, folders=folders)
+    refresh_train(results.done, Path(args.work).expanduser().resolve(), folders)
     results.write(summary=summarize(results.done))
     return results.data
 
@@ -312,8 +377,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     shared_runs.add_shared_flags(p)
     shared_runs.add_arm_flags(p, "a uniform and a learnability run")
-    p.add_argument("--reuse", type=Path, help="a learning.py results file of the same settings: its grpo runs are "
-                                              "this benchmark's learnability runs")
+    p.add_argument("--reuse", type=Path, action="append", help="a results file of learning.py or of this benchmark, "
+                   "of the same settings: its runs of an arm's very config are taken, not trained again (learning.py's "
+                   "grpo runs are the learnability runs); may be given more than once")
+    p.add_argument("--success", choices=("improve", "valid"), default="improve",
+                   help="learnability.success of the learnability arm: what L counts as a success (valid: any valid "
+                        "run, on every stage); the uniform arm is the same either way")
     return p
 
 

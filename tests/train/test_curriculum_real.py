@@ -274,7 +274,8 @@ def test_learnings_grpo_runs_are_reused_and_only_the_uniform_runs_are_trained(tm
     for key, value, message in (("settings", {**saved["settings"], "steps": 8}, r"another settings \(steps: 8 then 4\)"),
                                 ("shared_start", {"warm_start_weights_sha256": "x"}, "another shared_start"),
                                 ("state_ids", {**saved["state_ids"], "eval": ["a", "b"]}, "another state_ids"),
-                                ("arms", {"grpo": {"lr": 1e-5}}, "its grpo arm changes the config")):
+                                ("arms", {"grpo": {"lr": 1e-5}}, r"none of its arms \(grpo\) runs the config of an "
+                                                                 r"arm here \(uniform, learnability\)")):
         other = tmp_path / f"other-{key}.json"
         other.write_text(json.dumps({**saved, key: value}))
         with pytest.raises(ValueError, match=message):
@@ -290,6 +291,41 @@ def test_learnings_grpo_runs_are_reused_and_only_the_uniform_runs_are_trained(tm
     data = call(reuse=partial, to=tmp_path / "cr-partial.json")
     assert trained == ["uniform-seed0", "uniform-seed1", "learnability-seed1"]
     assert data["done"]["seed0"]["arms"]["learnability"]["reused"]["file"] == "partial.json"
+
+
+def test_a_success_valid_record_takes_the_uniform_runs_of_a_default_one_and_trains_its_own(tmp_path, monkeypatch):
+    trained: list[str] = []
+    fake_runs(monkeypatch, trained)
+    made = tmp_path / "learning.json"
+    learning.run_learning(learning.build_parser().parse_args(
+        ["--out", str(made), "--work", str(tmp_path / "w"), *FLAGS, "--seeds", "1"]), registry=object(), progress=False,
+        argv=["learning.py"])
+
+    def call(out, *more):
+        args = bench.build_parser().parse_args(["--out", str(out), "--work", str(tmp_path / "w"), *FLAGS,
+                                                "--seeds", "2", *more])
+        return bench.run_benchmark(args, registry=object(), progress=False, argv=["curriculum_real.py"])
+
+    default = tmp_path / "curriculum_real.json"
+    call(default, "--reuse", str(made))
+    del trained[:]
+    with pytest.raises(ValueError, match="learning.json: none of its arms \\(grpo, null\\) runs the config"):
+        call(tmp_path / "valid.json", "--success", "valid", "--reuse", str(default), "--reuse", str(made))
+    assert trained == []  # refused before anything ran
+    data = call(tmp_path / "valid.json", "--success", "valid", "--reuse", str(default))
+    assert trained == ["learnability-valid-seed0", "learnability-valid-seed1"]  # the uniform runs are the default's
+    assert data["start_evaluations"] == json.loads(default.read_text())["start_evaluations"]
+    assert data["arms"]["learnability"]["learnability"] == {"success": "valid"}
+    assert data["folders"] == {"learnability": "learnability-valid"}
+    uniform = data["done"]["seed1"]["arms"]["uniform"]["reused"]
+    assert (uniform["file"], uniform["arm"], uniform["folder"]) == ("curriculum_real.json", "uniform", "uniform")
+    assert "reused" not in data["done"]["seed0"]["arms"]["learnability"]
+    # a third file's run kept by the one lent from: its folder is where it was trained
+    third = bench.Reuse([default], progress=False)
+    results = SimpleNamespace(data=json.loads(default.read_text()))
+    third.check(results)
+    lent = third.entry(results, "seed0", "learnability", tmp_path / "w")
+    assert (lent["reused"]["arm"], lent["reused"]["folder"]) == ("learnability", "grpo")
 
 
 def test_the_committed_learning_record_continues_under_this_code():
@@ -310,10 +346,27 @@ def test_the_committed_learning_record_continues_under_this_code():
     assert learning.results_table(data) == data["table"]
 
 
-def test_a_reused_run_is_refused_where_the_base_does_not_sample_by_learnability():
-    data = {"settings": {"base": {"sampler": {"kind": "uniform"}}}}
-    with pytest.raises(ValueError, match="samples by 'uniform'"):
-        bench.check_reusable({"benchmark": "learning", **data}, data, Path("l.json"))
+def test_a_reused_arm_is_the_one_of_the_same_train_config():
+    """Reuse matches arms by the whole TrainConfig: under the cpu preset (learnability) learning's
+    grpo arm is the learnability arm; under a uniform base it would be the uniform arm; the
+    null arm is neither; a --success valid record takes only the uniform runs of a default one."""
+    from mleforge.train.config import TrainConfig
+
+    base = TrainConfig.preset_config("cpu", steps=4).to_dict()
+    learning_arms = {"grpo": {}, "null": {"shuffle_rewards": True}}
+    data = {"settings": {"base": base}, "arms": bench.ARMS}
+    assert bench.same_config_arms(data, {"arms": learning_arms}) == {"learnability": "grpo"}
+    assert bench.same_config_arms(data, {"benchmark": "learning"}) == {"learnability": "grpo"}  # before arms were kept
+    assert bench.same_config_arms(data, {"benchmark": "curriculum_real"}) == {}
+    uniform_base = {"settings": {"base": {**base, "sampler": {**base["sampler"], "kind": "uniform"}}}, "arms": bench.ARMS}
+    assert bench.same_config_arms(uniform_base, {"arms": learning_arms}) == {"uniform": "grpo"}
+    valid_arms, folders = bench.arms_for("valid")
+    assert valid_arms["learnability"] == {"sampler": {"kind": "learnability"}, "learnability": {"success": "valid"}}
+    assert valid_arms["uniform"] == bench.ARMS["uniform"] and folders == {"learnability": "learnability-valid"}
+    assert bench.arms_for("improve") == (bench.ARMS, {})
+    valid = {"settings": {"base": base}, "arms": valid_arms}
+    assert bench.same_config_arms(valid, {"arms": bench.ARMS}) == {"uniform": "uniform"}
+    assert bench.same_config_arms(valid, {"arms": learning_arms}) == {}
     with pytest.raises(ValueError, match="holds benchmark 'grpo_sweep'"):
         bench.check_reusable({"benchmark": "grpo_sweep"}, data, Path("l.json"))
 
