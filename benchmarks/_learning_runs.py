@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import gc
 import json
@@ -76,9 +77,10 @@ class Results:
     write. The meta of the calls before this one moves to `earlier_meta`: the pieces they
     finished were measured by the commits they name. The settings name the --work folder (`work`)
     as "<work>", so that a call with another --work continues a file whose settings are the same.
-    A field the file lacks and whose value now is its default in `defaults` (the same tree) was
-    added to the code after the file was made, at the value that keeps what the file measured:
-    it is not a difference (`added_at_default`), and the file keeps its settings as they were.
+    A field the file lacks and whose value now is its value in `defaults` (the same tree; the
+    benchmarks' FIELDS_ADDED: the value the code behaved as before it had the field) was added
+    to the code after the file was made and keeps what the file measured: it is not a
+    difference (`added_at_default`), and the file keeps its settings as they were.
     """
 
     def __init__(self, path: Path, benchmark: str, settings: Mapping[str, Any],
@@ -98,8 +100,10 @@ class Results:
                 before = saved.get("settings", {})
                 changed = sorted(k for k in set(before) | set(settings)
                                  if not added_at_default(before.get(k), settings.get(k), defaults.get(k, {})))
-                raise ValueError(f"{self.path} was made with other settings ({', '.join(changed)}); give the same "
-                                 "ones to continue it, or another --out")
+                raise ValueError(f"{self.path} was made with other settings ({', '.join(changed)}: "
+                                 f"{differences(before, without_added(self.data['settings'], before, defaults))}); "
+                                 "give the same ones to continue "
+                                 "it, or another --out")
             if "meta" in saved:
                 saved["earlier_meta"] = [*saved.get("earlier_meta", []), saved.pop("meta")]
             self.data = saved
@@ -147,6 +151,16 @@ def added_at_default(saved: Any, now: Any, defaults: Any) -> bool:
         elif not added_at_default(saved[key], now[key], defaults.get(key, {})):
             return False
     return True
+
+
+def without_added(now: Any, saved: Any, defaults: Any) -> Any:
+    """`now` without the fields `added_at_default` lets pass (absent from `saved`, at their
+    value in `defaults`): what is left to tell apart from `saved`."""
+    if not (isinstance(now, dict) and isinstance(saved, dict)):
+        return now
+    defaults = defaults if isinstance(defaults, dict) else {}
+    return {k: without_added(v, saved[k], defaults.get(k, {})) for k, v in now.items()
+            if k in saved or k not in defaults or v != defaults[k]}
 
 
 def portable(value: Any, work: Path) -> Any:
@@ -296,13 +310,30 @@ def warm_start(args: Any, plan: Any, work: Path, registry: Any, executor: Any, p
 
 
 def train_one(config: Any, folder: Path, registry: Any, progress: bool) -> Any:
-    """One run: started, continued after a kill (the trainer's own resume), or read back when done."""
+    """One run: started, continued after a kill (the trainer's own resume), or read back when done.
+    A folder holding a run of another config is refused, not continued: the trainer resumes a
+    run with its own config, whatever was asked."""
     from mleforge.runs import CONFIG_FILE
-    from mleforge.train.recipe import resume, train
+    from mleforge.train.recipe import load_run_config, resume, train
 
     if (folder / CONFIG_FILE).is_file():
+        stored = load_run_config(folder).to_dict()
+        conflicts = config_conflicts(stored, config.to_dict())
+        if conflicts:
+            raise ValueError(f"{folder} holds a run of another config ({'; '.join(conflicts[:3])}); this call's run "
+                             "would be that one continued. Move that folder away, or give another --work")
         return resume(folder, registry=registry, progress=progress)
     return train(config, folder, registry=registry, progress=progress)
+
+
+def config_conflicts(stored: Any, asked: Any, at: str = "") -> list[str]:
+    """Where a run's stored config (JSON) is not the one asked: every field the ask sets, that is
+    not None or "auto" (which the run resolved: bf16, the generation backend)."""
+    if isinstance(asked, dict) and isinstance(stored, dict):
+        return [c for k in asked for c in config_conflicts(stored.get(k), asked[k], f"{at}.{k}" if at else k)]
+    if asked is None or asked == "auto" or json.loads(json.dumps(stored)) == json.loads(json.dumps(asked)):
+        return []
+    return [f"{at}: {json.dumps(stored)[:60]} there, {json.dumps(asked)[:60]} asked"]
 
 
 def shared_start(base: Any, args: Any, work: Path, registry: Any, progress: bool) -> Shared:
@@ -661,11 +692,17 @@ def run_config(base: Any, shared: Any, args: Any, seed: int, changes: Mapping[st
     """One arm's TrainConfig: the base at `seed` from the shared start, GRPO's settings given as
     flags, the arm's `changes`, and a checkpoint kept at every evaluated step."""
     interval = args.steps // args.evals
-    settings = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}
     retain = max(base.buffer.retain_evicted_steps, interval)
-    return base.replace(seed=seed, warm_start=shared.sft, journals=shared.journals, stepwise={"enabled": False},
-                        steps=args.steps, save_steps=interval, save_total_limit=max(2, args.evals + 1),
-                        buffer={"retain_evicted_steps": retain}, **{"shuffle_rewards": False, **settings, **changes})
+    return arm_config(base, {k: getattr(args, k) for k in SETTINGS}, changes).replace(
+        seed=seed, warm_start=shared.sft, journals=shared.journals, stepwise={"enabled": False}, steps=args.steps,
+        save_steps=interval, save_total_limit=max(2, args.evals + 1), buffer={"retain_evicted_steps": retain})
+
+
+def arm_config(base: Any, settings: Mapping[str, Any], changes: Mapping[str, Any]) -> Any:
+    """What an arm changes of the base: GRPO's settings given as flags (`settings`, None where
+    not given), then the arm's own `changes` (run_config adds what every arm shares)."""
+    given = {k: v for k, v in settings.items() if v is not None}
+    return base.replace(**{"shuffle_rewards": False, **given, **copy.deepcopy(dict(changes))})
 
 
 def checkpoint_spec(run_dir: Path, step: int, last: int, final_model: str) -> str:
@@ -689,12 +726,24 @@ def arm_entry(shared: Any, folder: Path, result: Any, steps: Sequence[int], sets
     return out
 
 
-def setting_defaults() -> dict[str, Any]:
-    """The defaults of the settings' TrainConfig (`base`): what a field added to the code since a
-    results file was made must be at for the file to go on (Results)."""
-    from mleforge.train.config import TrainConfig
+# Fields of the settings added to the code after results files were made, each with the value
+# the code behaved as before it had the field: a file without the field continues where the
+# field has that value now (Results, `added_at_default`), and no other. Add a line here with
+# every field added to TrainConfig (or a flag of SETTINGS) while a record is being continued.
+FIELDS_ADDED: dict[tuple[str, ...], Any] = {
+    ("base", "learnability", "success"): "improve",  # before it, L's success was "improve"
+}
 
-    return {"base": TrainConfig().to_dict()}
+
+def setting_defaults() -> dict[str, Any]:
+    """FIELDS_ADDED as a tree of the settings' shape (Results' `defaults`)."""
+    tree: dict[str, Any] = {}
+    for path, value in FIELDS_ADDED.items():
+        node = tree
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+    return tree
 
 
 def arm_settings(base: Any, args: Any) -> dict[str, Any]:
@@ -708,20 +757,23 @@ def arm_settings(base: Any, args: Any) -> dict[str, Any]:
 def run_arms(args: Any, arms: Mapping[str, Mapping[str, Any]], *, benchmark: str,
              table_of: Callable[[Mapping[str, Any]], dict[str, Any]], registry: Any = None, progress: bool = True,
              argv: Sequence[str] | None = None,
-             reuse: Any = None, folders: Mapping[str, str] | None = None) -> Results:
+             reuse: Any = None, folders: Mapping[str, str] | None = None,
+             prepare: Callable[[Results], None] | None = None) -> Results:
     """For each training seed, a `mleforge train` run per arm (its TrainConfig changes), each kept
     in --out once evaluated (under PARTIAL until its seed's other arms are too), the seed's
     entry recorded when all are. A later call may have a fresh --work (another session: --out is
     all that is kept): it makes the shared start again and goes on only where it is the same,
     bit for bit (`shared_start`: `fingerprint`), and reuses the warm start's evaluation kept in
     --out. `reuse` (curriculum_real.Reuse) may give runs measured elsewhere, the very same runs
-    in another results file: `reuse.check(results)` once the states are drawn (it refuses a
-    file that does not pair before anything is trained, and may put its warm-start evaluation
-    in `results`), then `reuse.entry(results, seed key, arm, work)`, an arm's entry or None.
+    in another results file: `reuse.check(results, early=True)` before the shared start (the
+    settings and arms), `reuse.check(results)` once the states are drawn (it refuses a file
+    that does not pair before anything is trained, and may put its warm-start evaluation in
+    `results`), then `reuse.entry(results, seed key, arm, work)`, an arm's entry or None.
     The arms' changes are recorded in --out (`arms`) and fixed like the settings. A run's folder
     is <work>/runs/<arm>-seed<k>, or `folders[arm]` in place of the arm where given (recorded
     in --out, `folders`): two arms' runs of different configs must not share a folder, since a
-    folder with a run in it is continued, whatever it holds."""
+    folder with a run in it is continued only where it holds a run of the config asked
+    (`train_one`). `prepare(results)` runs once the file is read, before anything else."""
     from mleforge.cli.output import err_console
     from mleforge.tasks.registry import TaskRegistry
 
@@ -732,6 +784,15 @@ def run_arms(args: Any, arms: Mapping[str, Mapping[str, Any]], *, benchmark: str
     base = base_config(args, work)
     results = Results(args.out, benchmark, arm_settings(base, args), table_of, argv, work=work,
                       defaults=setting_defaults())
+    if prepare is not None:  # the benchmark's own upkeep of what the file holds (curriculum_real.refresh_train)
+        prepare(results)
+    # Before the shared start (a collect and a warm start on a fresh --work): what the file fixes.
+    results.fix("arms", arms, " (each arm's TrainConfig changes: another option of the benchmark, such as "
+                              "curriculum_real's --success, needs another --out)")
+    if folders:
+        results.fix("folders", dict(folders))
+    if reuse is not None:
+        reuse.check(results, early=True)
     started = time.perf_counter()
     shared = shared_start(base, args, work, registry, progress)
     try:
@@ -750,9 +811,6 @@ def run_arms(args: Any, arms: Mapping[str, Mapping[str, Any]], *, benchmark: str
             raise ValueError("no evaluation states: name --eval-tasks the runs do not train on")
         eval_seeds = list(range(args.eval_seeds))
         results.fix("state_ids", {name: [s.state_id for s in states] for name, states in sets.items()})
-        results.fix("arms", arms)
-        if folders:
-            results.fix("folders", dict(folders))
         if reuse is not None:
             reuse.check(results)
         # The warm start's evaluation, kept in --out: a later call of the same shared start reuses it.

@@ -199,20 +199,31 @@ def pm(figure: Mapping[str, Any]) -> str:
         f" (n={figure['n']})"
 
 
-def table(summary: Mapping[str, Any]) -> dict[str, Any]:
-    rows = [[name, pm(summary["samplers"]["uniform"][key]), pm(summary["samplers"]["learnability"][key]),
-             shared_runs.ci_text(summary["difference"][key], se=True, counts=False)] for key, name in FIGURES]
+def table(summary: Mapping[str, Any], success: str = "improve") -> dict[str, Any]:
+    """The table; `success`: the learnability arm's learnability.success (the uniform arm's is
+    "improve"), named in the title; with another, "partly successful" counts each run's own."""
+    names = dict(FIGURES)
+    if success != "improve":
+        names["frac_groups_mixed_success"] = "groups partly successful, each run's own success (frac)"
+    rows = [[names[key], pm(summary["samplers"]["uniform"][key]), pm(summary["samplers"]["learnability"][key]),
+             shared_runs.ci_text(summary["difference"][key], se=True, counts=False)] for key, _ in FIGURES]
     rows += [[f"{label}, by state (seeds pooled)", "", "", shared_runs.ci_text(summary["by_state"][name])]
              for name, label in (("eval", "eval tasks"), ("probe", "probe"))]
-    return {"title": f"uniform vs learnability sampling, {len(summary['seeds'])} seeds: mean ± SEM over seeds; the "
-                     "difference paired by seed (mean ± SE [95% CI]), and by state (mean [95% CI] (n, +up/-down))",
+    kind = "" if success == "improve" else f" (its success: {success})"
+    return {"title": f"uniform vs learnability sampling{kind}, {len(summary['seeds'])} seeds: mean ± SEM over seeds; "
+                     "the difference paired by seed (mean ± SE [95% CI]), and by state (mean [95% CI] (n, +up/-down))",
             "columns": ["figure", "uniform", "learnability", "learnability - uniform"], "rows": rows}
+
+
+def success_of(data: Mapping[str, Any]) -> str:
+    """The learnability arm's learnability.success in a results file (its arms' changes)."""
+    return data.get("arms", ARMS).get("learnability", {}).get("learnability", {}).get("success", "improve")
 
 
 def results_table(data: Mapping[str, Any]) -> dict[str, Any]:
     """The table of the seeds finished so far, then a row per run evaluated whose seed's other
     run is still to come (its after - start on the evaluation tasks and the probe)."""
-    shown = table(summarize(data["done"]))
+    shown = table(summarize(data["done"]), success_of(data))
     for key, arms in sorted(data.get(shared_runs.PARTIAL, {}).items()):
         for arm, entry in arms.items():
             v = run_values(entry)
@@ -245,22 +256,32 @@ class Reuse:
             raise ValueError(f"--reuse {path}: no such file (a learning.py or curriculum_real.py results file)")
         return json.loads(path.read_text(encoding="utf-8"))
 
-    def check(self, results: Any) -> None:
-        """Before any run: each file is refused unless it pairs with this benchmark (the same
-        settings, shared start and states) and has an arm of some arm's config here; where this
-        --out has no warm-start evaluation yet, the first file's is taken, so that every run
-        pairs with one evaluation of the warm start (and none is sampled again)."""
+    def check(self, results: Any, early: bool = False) -> None:
+        """Before any run: each file is refused unless it pairs with this benchmark and has an
+        arm of some arm's config here. `early` (before the shared start is made): the settings
+        and the arms; then (the states drawn) the shared start, the states and the warm-start
+        evaluation too: where this --out has none yet, the first file's is taken, so that every
+        run pairs with one evaluation of the warm start (and none is sampled again), and every
+        file must hold that one."""
+        keys = ("settings",) if early else ("settings", "shared_start", "state_ids")
         for path in self.paths:
             saved = self.saved(path)
-            check_reusable(saved, results.data, path, keys=("settings", "shared_start", "state_ids"))
+            check_reusable(saved, results.data, path, keys=keys)
             found = same_config_arms(results.data, saved)
             if not found:
                 raise ValueError(f"--reuse {path}: none of its arms ({', '.join(recorded_arms(saved)) or 'none'}) "
                                  f"runs the config of an arm here ({', '.join(results.data['arms'])})")
             for arm, theirs in found.items():
                 self.sources.setdefault(arm, (path, theirs))
+            if early:
+                continue
             if shared_runs.START_RECORDS not in results.data and shared_runs.START_RECORDS in saved:
                 results.data[shared_runs.START_RECORDS] = saved[shared_runs.START_RECORDS]
+            for key in (shared_runs.START_RECORDS, "start"):
+                if key in saved and key in results.data and saved[key] != results.data[key]:
+                    raise ValueError(f"--reuse {path}: its runs pair with another evaluation of the warm start "
+                                     f"({key}: {shared_runs.differences(saved[key], results.data[key])}); they do not "
+                                     "pair with this benchmark's")
 
     def entry(self, results: Any, key: str, arm: str, work: Path) -> dict[str, Any] | None:
         if arm not in self.sources:
@@ -300,14 +321,16 @@ def recorded_arms(saved: Mapping[str, Any]) -> dict[str, Any]:
 
 def same_config_arms(data: Mapping[str, Any], saved: Mapping[str, Any]) -> dict[str, str]:
     """{arm here: an arm of `saved` with the same TrainConfig}: the base (this file's settings)
-    with each arm's changes, compared whole."""
+    with GRPO's settings given as flags and each arm's changes (`arm_config`, as the runs are
+    made), compared whole."""
     from mleforge.train.config import TrainConfig
 
     base = TrainConfig.from_dict(copy.deepcopy(data["settings"]["base"]))
-    theirs = {name: base.replace(**copy.deepcopy(c)).to_dict() for name, c in recorded_arms(saved).items()}
+    flags = data["settings"].get("settings", {})
+    theirs = {name: shared_runs.arm_config(base, flags, c).to_dict() for name, c in recorded_arms(saved).items()}
     found = {}
     for arm, changes in data["arms"].items():
-        mine = base.replace(**copy.deepcopy(changes)).to_dict()
+        mine = shared_runs.arm_config(base, flags, changes).to_dict()
         match = next((name for name, config in theirs.items() if config == mine), None)
         if match is not None:
             found[arm] = match
@@ -366,9 +389,10 @@ def run_benchmark(args: argparse.Namespace, *, registry: Any = None, progress: b
                           "a figure worth reporting)")
     reuse = None if not args.reuse else Reuse(args.reuse, progress)
     arms, folders = arms_for(args.success)
+    work = Path(args.work).expanduser().resolve()
     results = shared_runs.run_arms(args, arms, benchmark="curriculum_real", table_of=results_table, registry=registry,
-                                   progress=progress, argv=argv, reuse=reuse, folders=folders)
-    refresh_train(results.done, Path(args.work).expanduser().resolve(), folders)
+                                   progress=progress, argv=argv, reuse=reuse, folders=folders,
+                                   prepare=lambda r: refresh_train(r.done, work, folders))
     results.write(summary=summarize(results.done))
     return results.data
 

@@ -101,7 +101,7 @@ def same_as_base(changes: Mapping[str, Any], base: Any) -> str | None:
     """Why a configuration computes exactly what the base does (None where it does not): then it
     is recorded as such and not trained. scale_rewards "batch" divides by the std of the step's
     rewards, "group" by each group's; with one group per optimizer step the two are one number
-    (TRL's advantages are the same), so the run would measure the training seed's noise only."""
+    (TRL's advantages are the same), so the run would repeat the base run."""
     if changes.get("scale_rewards") == "batch" and int(changes.get("groups_per_step", base.groups_per_step)) == 1 \
             and base.scale_rewards == "group":
         return "scale_rewards batch at 1 group per optimizer step is the group's std: the base's advantages"
@@ -253,6 +253,8 @@ def fill_vs_base(results: Any, work: Path, states: list[Any], seeds: list[int]) 
     """config - base for the entries finished before the base was (a --configs subset)."""
     base_after = evaluation_of(results, work, "base", states, seeds)
     for name, entry in results.done.items():
+        if entry.get("same_as_base"):
+            continue
         after = evaluation_of(results, work, name)
         if entry.get("vs_base") is None and base_after is not None and after is not None:
             entry["vs_base"] = {"all": shared_runs.compare(base_after, after),

@@ -103,6 +103,8 @@ def test_success_valid_counts_any_valid_run_on_every_stage():
     assert not is_success("improve", "execution_error", -0.2, 0.5, "valid")
     assert is_success("debug", "valid", 0.3, 0.5, "valid") and not is_success("draft", "invalid", -0.1, 0.5, "valid")
     assert not is_success("improve", "valid", 0.5, 0.5, "improve")  # the default kind, as above
+    with pytest.raises(ValueError, match="success kind 'valids': expected improve or valid"):
+        is_success("debug", "valid", 0.3, 0.5, "valids")
     with pytest.raises(ConfigError, match="learnability.success: got 'valids'; expected one of improve, valid"):
         LearnabilityConfig(success="valids")
 

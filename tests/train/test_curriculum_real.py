@@ -328,22 +328,120 @@ def test_a_success_valid_record_takes_the_uniform_runs_of_a_default_one_and_trai
     assert (lent["reused"]["arm"], lent["reused"]["folder"]) == ("learnability", "grpo")
 
 
-def test_the_committed_learning_record_continues_under_this_code():
-    """benchmarks/results/learning.json was begun by an earlier commit and is continued session by
-    session: its own command, parsed by this code, must make the very settings it holds (else
-    the next call refuses it) and the table it shows."""
+def test_the_valid_records_own_bookkeeping(tmp_path, monkeypatch):
+    """What the --success valid path adds, each part on its own: a wrong --success on an existing
+    --out is refused before the shared start is made; a run lent by a file that names its folders
+    is read from that folder; figures added since are filled in from the run folders (their
+    `folders`) when the file is read; a file paired with another warm-start evaluation is refused."""
+    trained: list[str] = []
+    fake_runs(monkeypatch, trained)
+    out = tmp_path / "valid.json"
+
+    def call(*more, to=out):
+        args = bench.build_parser().parse_args(["--out", str(to), "--work", str(tmp_path / "w"), *FLAGS, "--seeds", "2",
+                                                *more])
+        return bench.run_benchmark(args, registry=object(), progress=False, argv=["curriculum_real.py"])
+
+    data = call("--success", "valid")
+    assert trained == ["evaluate start", "evaluate start", "uniform-seed0", "learnability-valid-seed0",
+                       "uniform-seed1", "learnability-valid-seed1"]
+    assert data["table"]["title"].startswith("uniform vs learnability sampling (its success: valid), 2 seeds")
+    assert "groups partly successful, each run's own success (frac)" in [r[0] for r in data["table"]["rows"]]
+
+    made = []
+    monkeypatch.setattr(runs, "shared_start", lambda *a: made.append(1))
+    with pytest.raises(ValueError, match=r"another arms .* --success"):
+        call()  # the default --success on the valid record's --out
+    assert made == []  # refused before the shared start
+
+    # figures added since: filled in from each arm's folder (the learnability runs' are learnability-valid-*)
+    for name in ("uniform-seed0", "learnability-valid-seed0", "uniform-seed1", "learnability-valid-seed1"):
+        (tmp_path / "w" / "runs" / name / "rollouts").mkdir(parents=True)
+    monkeypatch.setattr(runs, "train_figures", lambda folder: {"frac_zero_std_groups": 0.25, "rollouts": 8,
+                                                               "frac_groups_debug": 0.5 if "valid" in folder.name else 0.1})
+    monkeypatch.setattr(runs, "shared_start", lambda *a: SimpleNamespace(
+        executor=SimpleNamespace(close=lambda: None), sft="none", journals="j", start_spec="hf:start"))
+    data = call("--success", "valid")
+    assert data["done"]["seed1"]["arms"]["learnability"]["train"]["frac_groups_debug"] == 0.5
+    assert data["done"]["seed0"]["arms"]["uniform"]["train"]["frac_groups_debug"] == 0.1
+
+    # a file lending its learnability-valid runs: read from the folder it names
+    reuse = bench.Reuse([out], progress=False)
+    other = SimpleNamespace(data=json.loads(out.read_text()))
+    reuse.check(other)
+    lent = reuse.entry(other, "seed0", "learnability", tmp_path / "w")
+    assert (lent["reused"]["arm"], lent["reused"]["folder"]) == ("learnability", "learnability-valid")
+    assert lent["train"]["frac_groups_debug"] == 0.5
+    # ... and refused where it pairs with another evaluation of the warm start
+    moved = json.loads(out.read_text())
+    moved["start"]["eval"]["mean_reward"] = 0.99
+    (tmp_path / "moved.json").write_text(json.dumps(moved))
+    with pytest.raises(ValueError, match="another evaluation of the warm start"):
+        bench.Reuse([tmp_path / "moved.json"], progress=False).check(SimpleNamespace(data=json.loads(out.read_text())))
+
+
+def test_a_reused_file_may_lack_a_field_added_since_at_its_value_before_only():
+    data = {"benchmark": "learning", "settings": {"base": {"learnability": {"success": "improve"}, "lr": 5e-5}}}
+    older = {"benchmark": "learning", "settings": {"base": {"learnability": {}, "lr": 5e-5}}}
+    bench.check_reusable(older, data, Path("l.json"), keys=("settings",))
+    bench.check_reusable(data, older, Path("l.json"), keys=("settings",))  # either file may be the older
+    valid = {"benchmark": "learning", "settings": {"base": {"learnability": {"success": "valid"}, "lr": 5e-5}}}
+    with pytest.raises(ValueError, match="another settings .*success"):
+        bench.check_reusable(older, valid, Path("l.json"), keys=("settings",))
+
+
+@pytest.mark.parametrize("name", ["learning", "curriculum_real", "grpo_sweep"])
+def test_each_committed_record_continues_under_this_code(name):
+    """Every record continued session by session: its own command, parsed by this code, makes the
+    settings it holds (but for fields added since at their value before: FIELDS_ADDED), so the
+    next call goes on with it, and its stored table is what this code makes of it."""
     from tests.benchmark_module import ROOT
 
-    path = ROOT / "benchmarks" / "results" / "learning.json"
-    data = json.loads(path.read_text())
+    module = {"learning": learning, "curriculum_real": bench, "grpo_sweep": load_benchmark("grpo_sweep")}[name]
+    data = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
     command = data["meta"]["command"].split()
-    args = learning.build_parser().parse_args(command[command.index("benchmarks/learning.py") + 1:])
+    args = module.build_parser().parse_args(command[command.index(f"benchmarks/{name}.py") + 1:])
     work = Path(args.work).resolve()
-    settings = runs.portable(json.loads(json.dumps(runs.arm_settings(runs.base_config(args, work), args),
-                                                   default=str)), work)
-    assert runs.added_at_default(data["settings"], settings, runs.setting_defaults())
-    assert settings["base"]["learnability"]["success"] == "improve"  # added since, at its default
-    assert learning.results_table(data) == data["table"]
+    base = runs.base_config(args, work)
+    if name == "grpo_sweep":
+        made = {"base": base.to_dict(), "groups": args.groups, "val_states": args.val_states,
+                "val_seeds": args.val_seeds, "train_seed": args.train_seed, "journals": args.journals}
+    else:
+        made = runs.arm_settings(base, args)
+    settings = runs.portable(json.loads(json.dumps(made, default=str)), work)
+    defaults = json.loads(json.dumps(runs.setting_defaults()))
+    assert runs.added_at_default(data["settings"], settings, defaults), runs.differences(data["settings"], settings)
+    if name == "curriculum_real":  # but for the rows of figures added since (each "–" in a table from before)
+        added = {"groups with valid and failed rollouts (frac)", "groups on debug states (frac)"}
+        made_now = bench.results_table(data)
+        assert made_now["title"] == data["table"]["title"]
+        assert [r for r in made_now["rows"] if r[0] not in added] == [r for r in data["table"]["rows"] if r[0] not in added]
+    elif name == "learning":
+        assert learning.results_table(data) == data["table"]
+    else:
+        assert module.table(data["done"]) == data["table"]
+
+
+def test_a_folder_holding_a_run_of_another_config_is_refused_not_continued(tmp_path, monkeypatch):
+    import yaml
+
+    from mleforge.train import recipe
+    from mleforge.train.config import TrainConfig
+
+    asked = TrainConfig.preset_config("cpu", steps=4)
+    stored = asked.replace(lr=1e-5, bf16=True).to_dict()  # bf16: resolved by the run (asked: None)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "config.yaml").write_text(yaml.safe_dump(stored, sort_keys=False))
+    resumed = []
+    monkeypatch.setattr(recipe, "resume", lambda f, **k: resumed.append(f) or "resumed")
+    with pytest.raises(ValueError, match=r"holds a run of another config \(lr: 1e-05 there, 5e-05 asked\)"):
+        runs.train_one(asked, folder, object(), False)
+    assert resumed == []
+    (folder / "config.yaml").write_text(yaml.safe_dump(asked.replace(bf16=True).to_dict(), sort_keys=False))
+    assert runs.train_one(asked, folder, object(), False) == "resumed"
+    assert runs.config_conflicts({"a": {"b": "ct2"}, "c": 1}, {"a": {"b": "auto"}, "c": None}) == []
+    assert runs.config_conflicts({"a": {"b": 2}}, {"a": {"b": 3}}) == ["a.b: 2 there, 3 asked"]
 
 
 def test_a_reused_arm_is_the_one_of_the_same_train_config():
@@ -427,7 +525,7 @@ def test_the_benchmark_core_on_a_tiny_model(titanic, registry, tmp_path):
     again = bench.run_benchmark(args, registry=registry, progress=False, argv=["curriculum_real.py"])
     assert len(stamps) == 4 and all(p.stat().st_mtime_ns == t for p, t in stamps.items())
     assert again["summary"] == data["summary"]
-    with pytest.raises(ValueError, match=r"other settings \(base, steps\)"):
+    with pytest.raises(ValueError, match=r"other settings \(base, steps: base.steps: 1 then 2; steps: 1 then 2\)"):
         bench.run_benchmark(bench.build_parser().parse_args([*ARGV, "--work", str(work), "--out", str(out),
                                                              "--steps", "2"]), registry=registry, progress=False)
 

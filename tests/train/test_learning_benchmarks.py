@@ -43,7 +43,7 @@ def test_results_are_appended_as_each_finishes_and_a_later_call_skips_them(tmp_p
     again = sweep_results(path)  # a later call: the file read back
     assert again.pending(["base", "lr=1e-5"]) == ["lr=1e-5"]
     assert json.loads(path.read_text())["done"] == {"base": {"val_mean_reward": 0.25}}
-    with pytest.raises(ValueError, match=r"other settings \(groups\)"):
+    with pytest.raises(ValueError, match=r"other settings \(groups: groups: 4 then 8\)"):
         sweep_results(path, {"groups": 8})
     with pytest.raises(ValueError, match="holds benchmark 'grpo_sweep', not 'learning'"):
         runs.Results(path, "learning", {"groups": 4}, done_table)
@@ -577,5 +577,5 @@ def test_a_field_added_to_the_code_since_a_file_was_made_continues_it_at_its_def
     runs.Results(path, "grpo_sweep", saved, done_table).write()
     kept = runs.Results(path, "grpo_sweep", now, done_table, defaults=defaults)
     assert kept.data["settings"] == saved  # the file's settings stay as they were
-    with pytest.raises(ValueError, match=r"made with other settings \(base\)"):
+    with pytest.raises(ValueError, match=r"made with other settings \(base: base.lr: 5e-05 then 1e-05\)"):
         runs.Results(path, "grpo_sweep", {**now, "base": {**now["base"], "lr": 1e-5}}, done_table, defaults=defaults)

@@ -139,6 +139,8 @@ def is_success(stage: str, outcome: str, reward: float, improve_neutral: float, 
     `improve_neutral` (a valid run that beat the state's best); for draft and debug,
     any valid submission. `kind` "valid" (LearnabilityConfig.success): any valid
     submission on every stage."""
+    if kind not in ("improve", "valid"):
+        raise ValueError(f"success kind {kind!r}: expected improve or valid (LearnabilityConfig.success)")
     if stage == "improve" and kind == "improve":
         return outcome == "valid" and reward > improve_neutral
     return outcome == "valid"
