@@ -237,13 +237,19 @@ def fake_runs(monkeypatch, trained: list[str], fingerprint: dict | None = None):
 FLAGS = ["--steps", "4", "--evals", "1", "--eval-seeds", "2", "--probe-states", "3"]
 
 
-def test_learnings_grpo_runs_are_reused_and_only_the_uniform_runs_are_trained(tmp_path, monkeypatch):
-    trained: list[str] = []
+def learning_record(tmp_path, monkeypatch, trained: list[str]) -> Path:
+    """learning.py's record of seed 0 (its runs stood in for by `fake_runs`), in tmp_path/w."""
     fake_runs(monkeypatch, trained)
     made = tmp_path / "learning.json"
     learning.run_learning(learning.build_parser().parse_args(
         ["--out", str(made), "--work", str(tmp_path / "w"), *FLAGS, "--seeds", "1"]), registry=object(), progress=False,
         argv=["learning.py"])
+    return made
+
+
+def test_learnings_grpo_runs_are_reused_and_only_the_uniform_runs_are_trained(tmp_path, monkeypatch):
+    trained: list[str] = []
+    made = learning_record(tmp_path, monkeypatch, trained)
     assert trained == ["evaluate start", "evaluate start", "grpo-seed0", "null-seed0"]  # eval, probe
     assert json.loads(made.read_text())["arms"] == {"grpo": {}, "null": {"shuffle_rewards": True}}
     del trained[:]
@@ -295,11 +301,7 @@ def test_learnings_grpo_runs_are_reused_and_only_the_uniform_runs_are_trained(tm
 
 def test_a_success_valid_record_takes_the_uniform_runs_of_a_default_one_and_trains_its_own(tmp_path, monkeypatch):
     trained: list[str] = []
-    fake_runs(monkeypatch, trained)
-    made = tmp_path / "learning.json"
-    learning.run_learning(learning.build_parser().parse_args(
-        ["--out", str(made), "--work", str(tmp_path / "w"), *FLAGS, "--seeds", "1"]), registry=object(), progress=False,
-        argv=["learning.py"])
+    made = learning_record(tmp_path, monkeypatch, trained)
 
     def call(out, *more):
         args = bench.build_parser().parse_args(["--out", str(out), "--work", str(tmp_path / "w"), *FLAGS,
