@@ -82,20 +82,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _learning_runs as shared_runs  # noqa: E402
 from _record import invocation  # noqa: E402
+from mleforge.curriculum.config import SUCCESS_KINDS  # noqa: E402
 
 SAMPLERS = ("uniform", "learnability")
 ARMS = {sampler: {"sampler": {"kind": sampler}} for sampler in SAMPLERS}  # arm -> its TrainConfig changes
 
-
-def arms_for(success: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """(the arms, their run folders where not the arm's name) for learnability.success `success`
-    on the learnability arm; the uniform arm is the same whatever it is, so that its runs are
-    one config (and a record of the other kind may lend them, --reuse)."""
-    if success == "improve":
-        return copy.deepcopy(ARMS), {}
-    arms = copy.deepcopy(ARMS)
-    arms["learnability"]["learnability"] = {"success": success}
-    return arms, {"learnability": f"learnability-{success}"}
 # (key, what the table calls it): a run's training figures, then its evaluation at the last checkpoint.
 TRAIN_FIGURES = (
     ("frac_zero_std_groups", "tied groups (frac)"),
@@ -114,6 +105,17 @@ EVAL_FIGURES = (
     ("probe_vs_start", "probe: after - start"),
 )
 FIGURES = TRAIN_FIGURES + EVAL_FIGURES
+
+
+def arms_for(success: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """(the arms, their run folders where not the arm's name) for learnability.success `success`
+    on the learnability arm; the uniform arm is the same whatever it is, so that its runs are
+    one config (and a record of the other kind may lend them, --reuse)."""
+    arms = copy.deepcopy(ARMS)
+    if success == "improve":
+        return arms, {}
+    arms["learnability"]["learnability"] = {"success": success}
+    return arms, {"learnability": f"learnability-{success}"}
 
 
 # --- the math: pure functions ----------------------------------------------------------------------
@@ -299,8 +301,8 @@ class Reuse:
         if entry is None:
             return None
         entry = copy.deepcopy(entry)
-        prior = entry.get("reused") or {}  # a run that file took from a third: its folder is that one's
-        folder = prior.get("folder") or prior.get("arm") or saved.get("folders", {}).get(theirs, theirs)
+        prior = entry.get("reused") or {}
+        folder = run_folder(entry, theirs, saved.get("folders", {}))
         entry["train"] = reread_train(entry["train"], work / "runs" / f"{folder}-{key}")
         entry["reused"] = {"file": path.name, "benchmark": saved["benchmark"], "arm": theirs, "folder": folder,
                            "measured_by": prior.get("measured_by") or saved.get("meta", {}).get("commit")}
@@ -369,12 +371,16 @@ def refresh_train(done: Mapping[str, Any], work: Path, folders: Mapping[str, str
     there and agrees with every figure stored (`reread_train`): a run recorded before a figure
     existed gains it, and nothing stored changes. `folders`: an arm's run folder name, where
     not the arm's."""
-    folders = folders or {}
     for key, entry in done.items():
         for arm, run in entry["arms"].items():
-            reused = run.get("reused") or {}
-            name = reused.get("folder") or reused.get("arm") or folders.get(arm, arm)
-            run["train"] = reread_train(run["train"], work / "runs" / f"{name}-{key}")
+            run["train"] = reread_train(run["train"], work / "runs" / f"{run_folder(run, arm, folders or {})}-{key}")
+
+
+def run_folder(run: Mapping[str, Any], arm: str, folders: Mapping[str, str]) -> str:
+    """The stem of a run's folder under <work>/runs: a reused run's where it was trained, else
+    the arm's folder in its file (`folders`), else the arm."""
+    reused = run.get("reused") or {}
+    return reused.get("folder") or reused.get("arm") or folders.get(arm, arm)
 
 
 # --- the benchmark -----------------------------------------------------------------------------------
@@ -404,7 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reuse", type=Path, action="append", help="a results file of learning.py or of this benchmark, "
                    "of the same settings: its runs of an arm's very config are taken, not trained again (learning.py's "
                    "grpo runs are the learnability runs); may be given more than once")
-    p.add_argument("--success", choices=("improve", "valid"), default="improve",
+    p.add_argument("--success", choices=SUCCESS_KINDS, default="improve",
                    help="learnability.success of the learnability arm: what L counts as a success (valid: any valid "
                         "run, on every stage); the uniform arm is the same either way")
     return p

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from mleforge.curriculum.config import LearnabilityConfig
+from mleforge.curriculum.config import SUCCESS_KINDS, LearnabilityConfig
 from mleforge.curriculum.records import BufferSnapshot, StateStats, TaskReference
 
 # L of a state nothing is known about (p = 0.5): the prior of the variance variant.
@@ -139,8 +139,8 @@ def is_success(stage: str, outcome: str, reward: float, improve_neutral: float, 
     `improve_neutral` (a valid run that beat the state's best); for draft and debug,
     any valid submission. `kind` "valid" (LearnabilityConfig.success): any valid
     submission on every stage."""
-    if kind not in ("improve", "valid"):
-        raise ValueError(f"success kind {kind!r}: expected improve or valid (LearnabilityConfig.success)")
+    if kind not in SUCCESS_KINDS:
+        raise ValueError(f"success kind {kind!r}: expected {' or '.join(SUCCESS_KINDS)} (LearnabilityConfig.success)")
     if stage == "improve" and kind == "improve":
         return outcome == "valid" and reward > improve_neutral
     return outcome == "valid"
