@@ -711,8 +711,12 @@ def checkpoint_spec(run_dir: Path, step: int, last: int, final_model: str) -> st
 
 def arm_entry(shared: Any, folder: Path, result: Any, steps: Sequence[int], sets: Mapping[str, Any],
               starts: Mapping[str, Any], eval_seeds: Sequence[int], work: Path) -> dict[str, Any]:
-    """One run's checkpoints evaluated on each state set, paired against the warm start."""
-    out: dict[str, Any] = {"train": train_figures(folder), "checkpoints": {}}
+    """One run's checkpoints evaluated on each state set, paired against the warm start, and
+    the commit of the code that measured it (`measured_by`: a file continued over several
+    calls holds runs of several commits, and lends them to other files one by one)."""
+    from _record import _commit
+
+    out: dict[str, Any] = {"train": train_figures(folder), "checkpoints": {}, "measured_by": _commit()}
     for step in steps:
         spec = checkpoint_spec(folder, step, steps[-1], result.final_model)
         point: dict[str, Any] = {}

@@ -305,8 +305,19 @@ class Reuse:
         folder = run_folder(entry, theirs, saved.get("folders", {}))
         entry["train"] = reread_train(entry["train"], work / "runs" / f"{folder}-{key}")
         entry["reused"] = {"file": path.name, "benchmark": saved["benchmark"], "arm": theirs, "folder": folder,
-                           "measured_by": prior.get("measured_by") or saved.get("meta", {}).get("commit")}
+                           **measured_by(entry, prior, saved)}
         return entry
+
+
+def measured_by(entry: Mapping[str, Any], prior: Mapping[str, Any], saved: Mapping[str, Any]) -> dict[str, Any]:
+    """The commit that measured a lent run: its own (`arm_entry`), else the one the file it came
+    from had it of. A run from before runs recorded theirs is one of its file's calls, not
+    known which: then None, and the commits of all of them (`file_commits`)."""
+    commit = entry.get("measured_by") or prior.get("measured_by")
+    if commit:
+        return {"measured_by": commit}
+    calls = [*saved.get("earlier_meta", []), saved.get("meta", {})]
+    return {"measured_by": None, "file_commits": sorted({m["commit"] for m in calls if m.get("commit")})}
 
 
 def recorded_arms(saved: Mapping[str, Any]) -> dict[str, Any]:

@@ -269,6 +269,11 @@ def test_learnings_grpo_runs_are_reused_and_only_the_uniform_runs_are_trained(tm
     assert reused["reused"]["arm"] == "grpo" and reused["reused"]["file"] == "learning.json"
     assert reused["checkpoints"] == json.loads(made.read_text())["done"]["seed0"]["arms"]["grpo"]["checkpoints"]
     assert "reused" not in data["done"]["seed1"]["arms"]["learnability"]
+    # each run names the commit that measured it; a lent run keeps its own, not its file's latest call's
+    from _record import _commit
+
+    assert data["done"]["seed1"]["arms"]["learnability"]["measured_by"] == _commit()
+    assert reused["reused"]["measured_by"] == reused["measured_by"] == _commit()
     # learnability's runs evaluate as AFTER, uniform's as START: +1/6 a seed (by hand in the summary test)
     d = data["summary"]["difference"]["eval_vs_start"]
     assert d["per_seed"] == {"0": pytest.approx(1 / 6), "1": pytest.approx(1 / 6)} and d["n"] == 2
@@ -297,6 +302,15 @@ def test_learnings_grpo_runs_are_reused_and_only_the_uniform_runs_are_trained(tm
     data = call(reuse=partial, to=tmp_path / "cr-partial.json")
     assert trained == ["uniform-seed0", "uniform-seed1", "learnability-seed1"]
     assert data["done"]["seed0"]["arms"]["learnability"]["reused"]["file"] == "partial.json"
+
+
+def test_a_lent_run_from_before_runs_named_their_commit_names_its_files_commits():
+    saved = {"meta": {"commit": "c3"}, "earlier_meta": [{"commit": "c1"}, {"commit": "c2"}, {"commit": "c1"}]}
+    assert bench.measured_by({"measured_by": "c2"}, {}, saved) == {"measured_by": "c2"}
+    assert bench.measured_by({}, {"measured_by": "c1"}, saved) == {"measured_by": "c1"}  # lent on, as it was lent
+    # which of the file's calls measured it is not known: not the latest one's, but all of them
+    assert bench.measured_by({}, {}, saved) == {"measured_by": None, "file_commits": ["c1", "c2", "c3"]}
+    assert bench.measured_by({}, {}, {}) == {"measured_by": None, "file_commits": []}
 
 
 def test_a_success_valid_record_takes_the_uniform_runs_of_a_default_one_and_trains_its_own(tmp_path, monkeypatch):
