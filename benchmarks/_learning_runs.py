@@ -739,6 +739,58 @@ FIELDS_ADDED: dict[tuple[str, ...], Any] = {
 }
 
 
+# Settings of the preset the benchmarks run that a measurement changed after results files were
+# made, each with its value before: a file made with that value continues with it, its runs
+# trained with it (`as_recorded`), so that a record goes on measuring what it measured. Add a
+# line here with every change of the cpu preset (or of a TrainConfig default it keeps) while a
+# record is being continued.
+PRESET_CHANGED: dict[tuple[str, ...], Any] = {}
+
+
+def as_recorded(base: Any, out: Path, work: Path, changed: Mapping[tuple[str, ...], Any] | None = None,
+                progress: bool = True) -> Any:
+    """`base` (the preset's TrainConfig for these flags) with each PRESET_CHANGED setting at its
+    value before where the results file `out` was made with that value; `base` itself for a new
+    file. Any other difference from the file is still refused when the file is opened."""
+    changed = PRESET_CHANGED if changed is None else changed
+    out = Path(out)
+    if not changed or not out.is_file():
+        return base
+    saved = json.loads(out.read_text(encoding="utf-8")).get("settings", {})
+    tree = json.loads(json.dumps(base.to_dict(), default=str))
+    now = portable({"base": copy.deepcopy(tree)}, work)  # as the file holds its settings
+    kept = []
+    for path, before in changed.items():
+        if path[0] != "base":
+            raise ValueError(f"PRESET_CHANGED {'.'.join(path)}: a setting of the preset is under base")
+        if lookup(saved, path) != before or lookup(now, path) == before:
+            continue
+        node = tree
+        for key in path[1:-1]:
+            node = node[key]
+        node[path[-1]] = before
+        kept.append(f"{'.'.join(path[1:])} {before} (the preset now: {lookup(now, path)})")
+    if not kept:
+        return base
+    if progress:
+        from mleforge.cli.output import err_console
+
+        err_console.print(f"{out} continues with the settings it was made with: {'; '.join(kept)}", highlight=False)
+    return type(base).from_dict(tree)
+
+
+def lookup(tree: Any, path: Sequence[str]) -> Any:
+    """The value at `path` in nested dicts; a KeyError's stand-in (`_MISSING`) where absent."""
+    for key in path:
+        if not isinstance(tree, dict) or key not in tree:
+            return _MISSING
+        tree = tree[key]
+    return tree
+
+
+_MISSING = object()
+
+
 def setting_defaults() -> dict[str, Any]:
     """FIELDS_ADDED as a tree of the settings' shape (Results' `defaults`)."""
     tree: dict[str, Any] = {}
@@ -785,7 +837,7 @@ def run_arms(args: Any, arms: Mapping[str, Mapping[str, Any]], *, benchmark: str
     steps = checkpoint_steps(args.steps, args.evals)
     work = Path(args.work).expanduser().resolve()
     work.mkdir(parents=True, exist_ok=True)
-    base = base_config(args, work)
+    base = as_recorded(base_config(args, work), Path(args.out), work, progress=progress)
     results = Results(args.out, benchmark, arm_settings(base, args), table_of, argv, work=work,
                       defaults=setting_defaults())
     if prepare is not None:  # the benchmark's own upkeep of what the file holds (curriculum_real.refresh_train)

@@ -191,7 +191,7 @@ def run_sweep(args: argparse.Namespace, *, registry: Any = None, progress: bool 
     steps = {name: steps_for(args.groups, changes) for name, changes in configs}
     work = Path(args.work).expanduser().resolve()
     work.mkdir(parents=True, exist_ok=True)
-    base = shared_runs.base_config(args, work)
+    base = shared_runs.as_recorded(shared_runs.base_config(args, work), Path(args.out), work, progress=progress)
     for name, changes in configs:  # every configuration's settings checked before hours of runs
         TrainConfig.from_dict({**base.to_dict(), **changes, "steps": steps[name]})
     results = shared_runs.Results(args.out, "grpo_sweep", {

@@ -418,7 +418,8 @@ def test_each_committed_record_continues_under_this_code(name):
     command = data["meta"]["command"].split()
     args = module.build_parser().parse_args(command[command.index(f"benchmarks/{name}.py") + 1:])
     work = Path(args.work).resolve()
-    base = runs.base_config(args, work)
+    record = ROOT / "benchmarks" / "results" / f"{name}.json"
+    base = runs.as_recorded(runs.base_config(args, work), record, work, progress=False)  # as the call would
     if name == "grpo_sweep":
         made = {"base": base.to_dict(), "groups": args.groups, "val_states": args.val_states,
                 "val_seeds": args.val_seeds, "train_seed": args.train_seed, "journals": args.journals}
@@ -436,6 +437,47 @@ def test_each_committed_record_continues_under_this_code(name):
         assert learning.results_table(data) == data["table"]
     else:
         assert module.table(data["done"]) == data["table"]
+
+
+def test_a_record_continues_with_the_setting_it_was_made_with_where_the_preset_changed_it(tmp_path, monkeypatch):
+    """PRESET_CHANGED: a file made before a change of the preset goes on measuring what it
+    measured, its runs trained with the value before; a new file takes the preset's new value;
+    a file of a third value, or a change not listed, is refused as before."""
+    from mleforge.train import config as train_config
+
+    trained: list[str] = []
+    made = learning_record(tmp_path, monkeypatch, trained)  # the preset's lr: 5e-5
+    assert json.loads(made.read_text())["settings"]["base"]["lr"] == 5e-5
+    lrs: dict[str, float] = {}
+    stand_in = runs.train_one
+
+    def train_one(config, folder, registry, progress):
+        lrs[folder.name] = config.lr
+        return stand_in(config, folder, registry, progress)
+
+    monkeypatch.setattr(runs, "train_one", train_one)
+    monkeypatch.setitem(train_config.PRESETS, "cpu", {"lr": 1e-5})  # a measurement changed the preset
+
+    def call(out, seeds):
+        args = learning.build_parser().parse_args(["--out", str(out), "--work", str(tmp_path / "w"), *FLAGS,
+                                                   "--seeds", seeds])
+        return learning.run_learning(args, registry=object(), progress=False, argv=["learning.py"])
+
+    with pytest.raises(ValueError, match=r"other settings \(base: base.lr: 5e-05 then 1e-05\)"):
+        call(made, "2")  # not listed: refused, nothing trained
+    assert lrs == {}
+    monkeypatch.setattr(runs, "PRESET_CHANGED", {("base", "lr"): 5e-5})
+    data = call(made, "2")
+    assert lrs == {"grpo-seed1": 5e-5, "null-seed1": 5e-5}  # the record's value, not the preset's
+    assert data["settings"]["base"]["lr"] == 5e-5 and list(data["done"]) == ["seed0", "seed1"]
+    fresh = call(tmp_path / "new.json", "1")
+    assert fresh["settings"]["base"]["lr"] == 1e-5  # a new file: the preset as it is
+    monkeypatch.setattr(runs, "PRESET_CHANGED", {("base", "lr"): 3e-5})
+    with pytest.raises(ValueError, match=r"base.lr: 5e-05 then 1e-05"):
+        call(made, "3")  # made with neither value
+    with pytest.raises(ValueError, match="a setting of the preset is under base"):
+        runs.as_recorded(train_config.TrainConfig.preset_config("cpu"), made, tmp_path, {("steps",): 4})
+    assert runs.as_recorded("b", tmp_path / "none.json", tmp_path, {("base", "lr"): 5e-5}) == "b"  # no file yet
 
 
 def test_a_folder_holding_a_run_of_another_config_is_refused_not_continued(tmp_path, monkeypatch):
