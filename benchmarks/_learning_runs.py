@@ -44,7 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "benchmarks") not in sys.path:  # _record: a script beside this one
     sys.path.append(str(ROOT / "benchmarks"))
-from _record import print_table, stamp, write_json  # noqa: E402
+from _record import commit, print_table, stamp, write_json  # noqa: E402
 
 # flag -> TrainConfig path (dotted: a section's field); a flag not given leaves the preset's value.
 FLAGS = {
@@ -159,7 +159,7 @@ def without_added(now: Any, saved: Any, defaults: Any) -> Any:
     if not (isinstance(now, dict) and isinstance(saved, dict)):
         return now
     defaults = defaults if isinstance(defaults, dict) else {}
-    return {k: without_added(v, saved[k], defaults.get(k, {})) for k, v in now.items()
+    return {k: without_added(v, saved[k], defaults.get(k, {})) if k in saved else v for k, v in now.items()
             if k in saved or k not in defaults or v != defaults[k]}
 
 
@@ -714,9 +714,7 @@ def arm_entry(shared: Any, folder: Path, result: Any, steps: Sequence[int], sets
     """One run's checkpoints evaluated on each state set, paired against the warm start, and
     the commit of the code that measured it (`measured_by`: a file continued over several
     calls holds runs of several commits, and lends them to other files one by one)."""
-    from _record import _commit
-
-    out: dict[str, Any] = {"train": train_figures(folder), "checkpoints": {}, "measured_by": _commit()}
+    out: dict[str, Any] = {"train": train_figures(folder), "checkpoints": {}, "measured_by": commit()}
     for step in steps:
         spec = checkpoint_spec(folder, step, steps[-1], result.final_model)
         point: dict[str, Any] = {}
@@ -743,30 +741,42 @@ FIELDS_ADDED: dict[tuple[str, ...], Any] = {
 # made, each with its value before: a file made with that value continues with it, its runs
 # trained with it (`as_recorded`), so that a record goes on measuring what it measured. Add a
 # line here with every change of the cpu preset (or of a TrainConfig default it keeps) while a
-# record is being continued.
+# record is being continued. One value before per setting: after a second change of it, a file
+# of the first value is refused (and told what differs).
 PRESET_CHANGED: dict[tuple[str, ...], Any] = {}
 
 
 def as_recorded(base: Any, out: Path, work: Path, changed: Mapping[tuple[str, ...], Any] | None = None,
                 progress: bool = True) -> Any:
     """`base` (the preset's TrainConfig for these flags) with each PRESET_CHANGED setting at its
-    value before where the results file `out` was made with that value; `base` itself for a new
-    file. Any other difference from the file is still refused when the file is opened."""
+    value before where the results file `out` was made with that value (a file from before a
+    FIELDS_ADDED field has that field's value before) and `base` has the preset's own value
+    there (a value given as a flag is kept, and refused if the file differs); `base` itself
+    for a new file. Any other difference from the file is refused when the file is opened."""
     changed = PRESET_CHANGED if changed is None else changed
+    for path in changed:
+        if len(path) < 2 or path[0] != "base":
+            raise ValueError(f"PRESET_CHANGED {'.'.join(path)}: a setting of the preset is under base")
     out = Path(out)
     if not changed or not out.is_file():
         return base
     saved = json.loads(out.read_text(encoding="utf-8")).get("settings", {})
-    tree = json.loads(json.dumps(base.to_dict(), default=str))
+    added = setting_defaults()
+    tree = as_json(base.to_dict())
     now = portable({"base": copy.deepcopy(tree)}, work)  # as the file holds its settings
+    preset = portable({"base": as_json(type(base).preset_config(base.preset).to_dict())}, work)
     kept = []
     for path, before in changed.items():
-        if path[0] != "base":
-            raise ValueError(f"PRESET_CHANGED {'.'.join(path)}: a setting of the preset is under base")
-        if lookup(saved, path) != before or lookup(now, path) == before:
+        before = as_json(before)
+        theirs = lookup(saved, path)
+        if theirs is _MISSING:
+            theirs = lookup(added, path)
+        if theirs != before or lookup(now, path) == before or lookup(now, path) != lookup(preset, path):
             continue
         node = tree
         for key in path[1:-1]:
+            if not isinstance(node, dict) or key not in node:
+                raise ValueError(f"PRESET_CHANGED {'.'.join(path)}: TrainConfig has no {key!r} there")
             node = node[key]
         node[path[-1]] = before
         kept.append(f"{'.'.join(path[1:])} {before} (the preset now: {lookup(now, path)})")
@@ -777,6 +787,11 @@ def as_recorded(base: Any, out: Path, work: Path, changed: Mapping[tuple[str, ..
 
         err_console.print(f"{out} continues with the settings it was made with: {'; '.join(kept)}", highlight=False)
     return type(base).from_dict(tree)
+
+
+def as_json(value: Any) -> Any:
+    """`value` as a JSON file holds it (tuples as lists, other objects as strings)."""
+    return json.loads(json.dumps(value, default=str))
 
 
 def lookup(tree: Any, path: Sequence[str]) -> Any:

@@ -24,6 +24,7 @@ make it) and the machine; `table(...)` checks a table's shape before anything is
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import platform
@@ -38,8 +39,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _commit() -> str:
-    """The checkout's commit, "-dirty" when tracked files differ from it; "unknown" outside git."""
+@functools.cache
+def commit() -> str:
+    """The checkout's commit, "-dirty" when tracked files differ from it; "unknown" outside git.
+    Read once a process: the code it runs is the code of its first call, not of a commit made
+    while it runs."""
     try:
         sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                              text=True, check=True, timeout=10).stdout.strip()
@@ -91,7 +95,7 @@ def meta(argv: Sequence[str] | None = None) -> dict[str, str]:
     return {
         "command": command(argv),
         "date": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
-        "commit": _commit(),
+        "commit": commit(),
         "machine": machine(),
     }
 

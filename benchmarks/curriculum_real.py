@@ -310,12 +310,16 @@ class Reuse:
 
 
 def measured_by(entry: Mapping[str, Any], prior: Mapping[str, Any], saved: Mapping[str, Any]) -> dict[str, Any]:
-    """The commit that measured a lent run: its own (`arm_entry`), else the one the file it came
-    from had it of. A run from before runs recorded theirs is one of its file's calls, not
-    known which: then None, and the commits of all of them (`file_commits`)."""
-    commit = entry.get("measured_by") or prior.get("measured_by")
-    if commit:
-        return {"measured_by": commit}
+    """What `reused` says of the commit that measured a lent run: nothing where the run names
+    its own (`arm_entry`'s measured_by, kept in the copy). A run from before runs named theirs
+    was measured by one of its file's calls, not known which: then measured_by None and the
+    commits of all of them (`file_commits`); for a run its file had lent from another
+    (`prior`, its `reused`), that other file's (`measured_in`), as far as it was known."""
+    if entry.get("measured_by"):
+        return {}
+    if prior:  # its commit, if any, was the lending file's latest call's: not kept
+        return {"measured_by": None, "file_commits": list(prior.get("file_commits", [])),
+                "measured_in": prior.get("measured_in") or prior.get("file")}
     calls = [*saved.get("earlier_meta", []), saved.get("meta", {})]
     return {"measured_by": None, "file_commits": sorted({m["commit"] for m in calls if m.get("commit")})}
 

@@ -270,10 +270,10 @@ def test_learnings_grpo_runs_are_reused_and_only_the_uniform_runs_are_trained(tm
     assert reused["checkpoints"] == json.loads(made.read_text())["done"]["seed0"]["arms"]["grpo"]["checkpoints"]
     assert "reused" not in data["done"]["seed1"]["arms"]["learnability"]
     # each run names the commit that measured it; a lent run keeps its own, not its file's latest call's
-    from _record import _commit
+    from _record import commit
 
-    assert data["done"]["seed1"]["arms"]["learnability"]["measured_by"] == _commit()
-    assert reused["reused"]["measured_by"] == reused["measured_by"] == _commit()
+    assert data["done"]["seed1"]["arms"]["learnability"]["measured_by"] == commit()
+    assert reused["measured_by"] == commit() and "measured_by" not in reused["reused"]
     # learnability's runs evaluate as AFTER, uniform's as START: +1/6 a seed (by hand in the summary test)
     d = data["summary"]["difference"]["eval_vs_start"]
     assert d["per_seed"] == {"0": pytest.approx(1 / 6), "1": pytest.approx(1 / 6)} and d["n"] == 2
@@ -306,11 +306,21 @@ def test_learnings_grpo_runs_are_reused_and_only_the_uniform_runs_are_trained(tm
 
 def test_a_lent_run_from_before_runs_named_their_commit_names_its_files_commits():
     saved = {"meta": {"commit": "c3"}, "earlier_meta": [{"commit": "c1"}, {"commit": "c2"}, {"commit": "c1"}]}
-    assert bench.measured_by({"measured_by": "c2"}, {}, saved) == {"measured_by": "c2"}
-    assert bench.measured_by({}, {"measured_by": "c1"}, saved) == {"measured_by": "c1"}  # lent on, as it was lent
+    assert bench.measured_by({"measured_by": "c2"}, {}, saved) == {}  # the run names its own
     # which of the file's calls measured it is not known: not the latest one's, but all of them
     assert bench.measured_by({}, {}, saved) == {"measured_by": None, "file_commits": ["c1", "c2", "c3"]}
     assert bench.measured_by({}, {}, {}) == {"measured_by": None, "file_commits": []}
+    # lent on by a file that had it from another: that file's commits, never the middle file's
+    lent = {"file": "learning.json", "measured_by": None, "file_commits": ["a1", "a2"]}
+    assert bench.measured_by({}, lent, saved) == {"measured_by": None, "file_commits": ["a1", "a2"],
+                                                  "measured_in": "learning.json"}
+    assert bench.measured_by({"measured_by": "c2"}, lent, saved) == {}
+    # a record from before: its measured_by was the lending file's latest call's, so it is dropped
+    older = {"file": "learning.json", "measured_by": "b5"}
+    assert bench.measured_by({}, older, saved) == {"measured_by": None, "file_commits": [],
+                                                   "measured_in": "learning.json"}
+    twice = {"file": "mid.json", "measured_in": "learning.json", "measured_by": None, "file_commits": ["a1"]}
+    assert bench.measured_by({}, twice, saved)["measured_in"] == "learning.json"
 
 
 def test_a_success_valid_record_takes_the_uniform_runs_of_a_default_one_and_trains_its_own(tmp_path, monkeypatch):
@@ -414,11 +424,11 @@ def test_each_committed_record_continues_under_this_code(name):
     from tests.benchmark_module import ROOT
 
     module = {"learning": learning, "curriculum_real": bench, "grpo_sweep": load_benchmark("grpo_sweep")}[name]
-    data = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
+    record = ROOT / "benchmarks" / "results" / f"{name}.json"
+    data = json.loads(record.read_text())
     command = data["meta"]["command"].split()
     args = module.build_parser().parse_args(command[command.index(f"benchmarks/{name}.py") + 1:])
     work = Path(args.work).resolve()
-    record = ROOT / "benchmarks" / "results" / f"{name}.json"
     base = runs.as_recorded(runs.base_config(args, work), record, work, progress=False)  # as the call would
     if name == "grpo_sweep":
         made = {"base": base.to_dict(), "groups": args.groups, "val_states": args.val_states,
@@ -476,8 +486,47 @@ def test_a_record_continues_with_the_setting_it_was_made_with_where_the_preset_c
     with pytest.raises(ValueError, match=r"base.lr: 5e-05 then 1e-05"):
         call(made, "3")  # made with neither value
     with pytest.raises(ValueError, match="a setting of the preset is under base"):
-        runs.as_recorded(train_config.TrainConfig.preset_config("cpu"), made, tmp_path, {("steps",): 4})
-    assert runs.as_recorded("b", tmp_path / "none.json", tmp_path, {("base", "lr"): 5e-5}) == "b"  # no file yet
+        runs.as_recorded(train_config.TrainConfig.preset_config("cpu"), tmp_path / "none.json", tmp_path,
+                         {("steps",): 4})  # checked before any file is read
+
+
+def test_as_recorded_gives_back_only_a_changed_presets_value_the_file_was_made_with(tmp_path, monkeypatch, capsys):
+    from mleforge.train import config as train_config
+
+    TrainConfig = train_config.TrainConfig
+    out = tmp_path / "r.json"
+
+    def made_with(**base):
+        out.write_text(json.dumps({"settings": {"base": base}}))
+        return out
+
+    now = TrainConfig.preset_config("cpu")
+    assert runs.as_recorded(now, tmp_path / "none.json", tmp_path, {("base", "lr"): 3e-5}) is now  # a new file
+    assert runs.as_recorded(now, made_with(lr=5e-5), tmp_path, {("base", "lr"): 5e-5}) is now  # the preset's still
+    monkeypatch.setitem(train_config.PRESETS, "cpu", {"lr": 1e-5, "max_new_tokens": 128,
+                                                      "seed_stages": ["draft", "debug", "improve"],
+                                                      "learnability": {"success": "valid"}})
+    now = TrainConfig.preset_config("cpu")
+    kept = runs.as_recorded(now, made_with(lr=5e-5), tmp_path, {("base", "lr"): 5e-5})
+    assert kept.lr == 5e-5 and kept.replace(lr=1e-5) == now
+    assert "continues with the settings it was made with: lr 5e-05 (the preset now: 1e-05)" in capsys.readouterr().err
+    # a value given as a flag is the caller's: kept, and refused when the file is opened if it differs
+    flagged = TrainConfig.preset_config("cpu", max_new_tokens=96)
+    assert runs.as_recorded(flagged, made_with(max_new_tokens=192), tmp_path,
+                            {("base", "max_new_tokens"): 192}, progress=False) is flagged
+    # tuples as the file holds them (lists); a file from before a FIELDS_ADDED field has its value before
+    assert runs.as_recorded(now, made_with(seed_stages=["debug", "improve"]), tmp_path,
+                            {("base", "seed_stages"): ("debug", "improve")}, progress=False).seed_stages == (
+        "debug", "improve")
+    assert runs.as_recorded(now, made_with(learnability={}), tmp_path, {("base", "learnability", "success"): "improve"},
+                            progress=False).learnability.success == "improve"
+    assert runs.as_recorded(now, made_with(learnability={}), tmp_path, {("base", "learnability", "success"): "other"},
+                            progress=False) is now
+    with pytest.raises(ValueError, match="TrainConfig has no 'gone' there"):  # a section since removed
+        runs.as_recorded(now, made_with(gone={"x": 1}), tmp_path, {("base", "gone", "x"): 1}, progress=False)
+    # the refusal of a file lacking a FIELDS_ADDED field at another value names it (it raised KeyError)
+    assert runs.without_added({"learnability": {"success": "valid"}}, {"learnability": {}},
+                              {"learnability": {"success": "improve"}}) == {"learnability": {"success": "valid"}}
 
 
 def test_a_folder_holding_a_run_of_another_config_is_refused_not_continued(tmp_path, monkeypatch):

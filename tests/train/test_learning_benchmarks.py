@@ -579,3 +579,43 @@ def test_a_field_added_to_the_code_since_a_file_was_made_continues_it_at_its_def
     assert kept.data["settings"] == saved  # the file's settings stay as they were
     with pytest.raises(ValueError, match=r"made with other settings \(base: base.lr: 5e-05 then 1e-05\)"):
         runs.Results(path, "grpo_sweep", {**now, "base": {**now["base"], "lr": 1e-5}}, done_table, defaults=defaults)
+
+
+def test_a_sweep_record_continues_with_the_setting_it_was_made_with_where_the_preset_changed_it(tmp_path,
+                                                                                               monkeypatch):
+    """grpo_sweep opens its --out as run_arms does (`as_recorded`): after a change of the preset
+    listed in PRESET_CHANGED, its next configurations are trained around the base it was made
+    with; unlisted, the change is refused before anything runs."""
+    from mleforge.train import config as train_config
+
+    trained: dict[str, tuple[float, float]] = {}
+
+    def train_one(config, folder, registry, progress):
+        trained[folder.name] = (config.beta, config.lr)
+        return SimpleNamespace(final_model=str(folder / "final"))
+
+    monkeypatch.setattr(runs, "base_config", lambda args, work: train_config.TrainConfig.preset_config("cpu"))
+    monkeypatch.setattr(runs, "shared_start", lambda *a: SimpleNamespace(
+        executor=SimpleNamespace(close=lambda: None), sft="none", journals="j", start_spec="hf:start"))
+    monkeypatch.setattr(runs, "fingerprint", lambda s: {"warm_start_weights_sha256": "w"})
+    monkeypatch.setattr(runs, "held_apart_states", lambda *a, **k: ([SimpleNamespace(state_id=s) for s in "abc"], 0))
+    monkeypatch.setattr(runs, "evaluate", lambda sh, spec, *a, **k: START if spec == "hf:start" else AFTER)
+    monkeypatch.setattr(runs, "train_figures", lambda folder: {"rollouts": 8})
+    monkeypatch.setattr(runs, "train_one", train_one)
+
+    def call(configs):
+        args = sweep.build_parser().parse_args(["--out", str(tmp_path / "s.json"), "--work", str(tmp_path / "w"),
+                                                "--groups", "4", "--val-states", "3", "--val-seeds", "2",
+                                                "--configs", configs])
+        return sweep.run_sweep(args, registry=object(), progress=False, argv=["grpo_sweep.py"])
+
+    call("base")
+    assert list(trained.values()) == [(0.0, 5e-5)]
+    monkeypatch.setitem(train_config.PRESETS, "cpu", {"beta": 0.04})
+    with pytest.raises(ValueError, match=r"other settings \(base: base.beta: 0.0 then 0.04\)"):
+        call("lr=1e-5")
+    assert len(trained) == 1
+    monkeypatch.setattr(runs, "PRESET_CHANGED", {("base", "beta"): 0.0})
+    data = call("lr=1e-5")
+    assert len(trained) == 2 and list(trained.values())[1] == (0.0, 1e-5)  # around the base it was made with
+    assert data["settings"]["base"]["beta"] == 0.0
