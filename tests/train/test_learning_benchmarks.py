@@ -529,6 +529,23 @@ def test_the_sweep_continues_from_out_alone_with_the_same_shared_start(tmp_path,
         call("w4", "lr=5e-6")
 
 
+def stand_in_sweep(monkeypatch, base_config, trained) -> None:
+    """run_sweep's heavy parts stood in for: `base_config(args, work)` is the base, `trained(config,
+    folder)` is told of each run; the shared start, the states and the evaluations are fixed."""
+    def train_one(config, folder, *a):
+        trained(config, folder)
+        return SimpleNamespace(final_model=str(folder / "final"))
+
+    monkeypatch.setattr(runs, "base_config", base_config)
+    monkeypatch.setattr(runs, "shared_start", lambda *a: SimpleNamespace(
+        executor=SimpleNamespace(close=lambda: None), sft="none", journals="j", start_spec="hf:start"))
+    monkeypatch.setattr(runs, "fingerprint", lambda s: {"warm_start_weights_sha256": "w"})
+    monkeypatch.setattr(runs, "held_apart_states", lambda *a, **k: ([SimpleNamespace(state_id=s) for s in "abc"], 0))
+    monkeypatch.setattr(runs, "evaluate", lambda sh, spec, *a, **k: START if spec == "hf:start" else AFTER)
+    monkeypatch.setattr(runs, "train_figures", lambda folder: {"rollouts": 8})
+    monkeypatch.setattr(runs, "train_one", train_one)
+
+
 def test_a_configuration_that_computes_the_base_is_recorded_as_such_and_not_trained(tmp_path, monkeypatch):
     """scale_rewards batch divides by the step's std; with one group per optimizer step that is the
     group's, so the run would be the base again: it is recorded, shown, and not trained."""
@@ -543,15 +560,7 @@ def test_a_configuration_that_computes_the_base_is_recorded_as_such_and_not_trai
     assert all(sweep.same_as_base(c, base) is None for n, c in sweep.CONFIGS if n != "scale=batch")
 
     trained = []
-    monkeypatch.setattr(runs, "base_config", lambda args, work: base)
-    monkeypatch.setattr(runs, "shared_start", lambda *a: SimpleNamespace(
-        executor=SimpleNamespace(close=lambda: None), sft="none", journals="j", start_spec="hf:start"))
-    monkeypatch.setattr(runs, "fingerprint", lambda s: {"warm_start_weights_sha256": "w"})
-    monkeypatch.setattr(runs, "held_apart_states", lambda *a, **k: ([SimpleNamespace(state_id=s) for s in "abc"], 0))
-    monkeypatch.setattr(runs, "evaluate", lambda sh, spec, *a, **k: START if spec == "hf:start" else AFTER)
-    monkeypatch.setattr(runs, "train_figures", lambda folder: {"rollouts": 8})
-    monkeypatch.setattr(runs, "train_one", lambda config, folder, *a: trained.append(folder.name) or SimpleNamespace(
-        final_model=str(folder / "final")))
+    stand_in_sweep(monkeypatch, lambda args, work: base, lambda config, folder, *a: trained.append(folder.name))
     args = sweep.build_parser().parse_args(["--out", str(tmp_path / "s.json"), "--work", str(tmp_path / "w"),
                                             "--groups", "4", "--val-states", "3", "--val-seeds", "2",
                                             "--configs", "base,scale=batch"])
@@ -590,18 +599,8 @@ def test_a_sweep_record_continues_with_the_setting_it_was_made_with_where_the_pr
 
     trained: dict[str, tuple[float, float]] = {}
 
-    def train_one(config, folder, registry, progress):
-        trained[folder.name] = (config.beta, config.lr)
-        return SimpleNamespace(final_model=str(folder / "final"))
-
-    monkeypatch.setattr(runs, "base_config", lambda args, work: train_config.TrainConfig.preset_config("cpu"))
-    monkeypatch.setattr(runs, "shared_start", lambda *a: SimpleNamespace(
-        executor=SimpleNamespace(close=lambda: None), sft="none", journals="j", start_spec="hf:start"))
-    monkeypatch.setattr(runs, "fingerprint", lambda s: {"warm_start_weights_sha256": "w"})
-    monkeypatch.setattr(runs, "held_apart_states", lambda *a, **k: ([SimpleNamespace(state_id=s) for s in "abc"], 0))
-    monkeypatch.setattr(runs, "evaluate", lambda sh, spec, *a, **k: START if spec == "hf:start" else AFTER)
-    monkeypatch.setattr(runs, "train_figures", lambda folder: {"rollouts": 8})
-    monkeypatch.setattr(runs, "train_one", train_one)
+    stand_in_sweep(monkeypatch, lambda args, work: train_config.TrainConfig.preset_config("cpu"),
+                   lambda config, folder, *a: trained.__setitem__(folder.name, (config.beta, config.lr)))
 
     def call(configs):
         args = sweep.build_parser().parse_args(["--out", str(tmp_path / "s.json"), "--work", str(tmp_path / "w"),
