@@ -99,7 +99,9 @@ def test_100_runs_leave_nothing_behind(pool, canary):
     assert left == [".lock", "submissions", "zygotes"]
     assert list((pool.workspaces_dir / "submissions").iterdir()) == []
     assert sorted(os.listdir("/proc/self/fd")) == fds
-    assert {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("mleforge")} == temp
+    # nothing left in the temp folder; what another mleforge process on the machine removed meanwhile
+    # (a benchmark's ct2 config folder, say) is none of these runs' doing
+    assert {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("mleforge")} - temp == set()
 
 
 def test_runs_cannot_see_each_other(pool, canary):
