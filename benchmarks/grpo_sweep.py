@@ -31,7 +31,8 @@ model's reward there, paired by state against the warm start (after - start, mea
 mleforge.eval.paired) and against the base configuration's final model (config - base), over
 all states and over those with headroom; a change's verdict is "better" or "worse" only where
 that CI of config - base lies beyond the null control's own difference (0 until the null is
-finished), else "unresolved" (keep the base's value). The intervals are over states and hold
+finished, and the verdict says so: "better than 0 (base@seed+1 to come)"), else "unresolved"
+(keep the base's value). The intervals are over states and hold
 one training run on each side, so they carry no training-seed variance: two runs of the very
 same settings differ too, and the null's config - base is that difference, once. A change must
 beat it, not just 0 (learning.py measures training-seed variance properly, over seeds).
@@ -168,6 +169,8 @@ def table(results: Mapping[str, Any]) -> dict[str, Any]:
             judged = "null control"
         else:
             judged = verdict(e["vs_base"] and e["vs_base"]["all"], null_vs_base)
+            if null_vs_base is None and judged != "unresolved":  # a record still running: no margin yet
+                judged += f" than 0 ({NULL} to come)"
         rows.append([name, f"{e['steps']} x {e['groups_per_step']}", fmt(e["val_mean_reward"]),
                      shared_runs.ci_text(e["vs_start"]["all"]),
                      "–" if e["vs_base"] is None else shared_runs.ci_text(e["vs_base"]["all"]),

@@ -218,7 +218,7 @@ def test_a_verdict_must_beat_what_a_change_of_training_seed_alone_moves():
     entry["vs_base"]["all"] = sure
     null_entry = sweep.entry_of(sweep.NULL, {}, 16, START, AFTER, START, {}, 1.0)
     rows = {r[0]: r for r in sweep.table({"lr=1e-5": entry})["rows"]}
-    assert rows["lr=1e-5"][5] == "better"  # no null finished: the margin is 0
+    assert rows["lr=1e-5"][5] == "better than 0 (base@seed+1 to come)"  # no null finished: the margin is 0, said
     null_entry["vs_base"]["all"] = {**d, "diff": 0.15}
     rows = {r[0]: r for r in sweep.table({"lr=1e-5": entry, sweep.NULL: null_entry})["rows"]}
     assert rows["lr=1e-5"][5] == "unresolved" and rows[sweep.NULL][5] == "null control"
