@@ -416,21 +416,22 @@ def test_a_reused_file_may_lack_a_field_added_since_at_its_value_before_only():
         bench.check_reusable(older, valid, Path("l.json"), keys=("settings",))
 
 
-@pytest.mark.parametrize("name", ["learning", "curriculum_real", "grpo_sweep"])
+@pytest.mark.parametrize("name", ["learning", "curriculum_real", "grpo_sweep", "grpo_sweep_2"])
 def test_each_committed_record_continues_under_this_code(name):
     """Every record continued session by session: its own command, parsed by this code, makes the
     settings it holds (but for fields added since at their value before: FIELDS_ADDED), so the
     next call goes on with it, and its stored table is what this code makes of it."""
     from tests.benchmark_module import ROOT
 
-    module = {"learning": learning, "curriculum_real": bench, "grpo_sweep": load_benchmark("grpo_sweep")}[name]
     record = ROOT / "benchmarks" / "results" / f"{name}.json"
     data = json.loads(record.read_text())
+    script = data["benchmark"]  # the script that made it (grpo_sweep_2 is grpo_sweep's second record)
+    module = {"learning": learning, "curriculum_real": bench, "grpo_sweep": load_benchmark("grpo_sweep")}[script]
     command = data["meta"]["command"].split()
-    args = module.build_parser().parse_args(command[command.index(f"benchmarks/{name}.py") + 1:])
+    args = module.build_parser().parse_args(command[command.index(f"benchmarks/{script}.py") + 1:])
     work = Path(args.work).resolve()
     base = runs.as_recorded(runs.base_config(args, work), record, work, progress=False)  # as the call would
-    if name == "grpo_sweep":
+    if script == "grpo_sweep":
         made = {"base": base.to_dict(), "groups": args.groups, "val_states": args.val_states,
                 "val_seeds": args.val_seeds, "train_seed": args.train_seed, "journals": args.journals}
     else:
